@@ -1,0 +1,177 @@
+"""The torch reference quantizer: quantize / dequantize / qdq for every format.
+
+Shapes: x [..., K] with K % block_size == 0; codes uint8 [..., K] (one code per
+byte, the element's own bit layout); scales uint8 [..., K // block].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from . import minifloat, scales
+from .global_scale import check_global_scale
+from .spec import (
+    E8M0_NAN,
+    NVFP4_ELEM_MAX,
+    NVFP4_SCALE_MAX,
+    ROUNDINGS,
+    SCALE_MODES,
+    FormatSpec,
+    get_format,
+)
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_ONE_SIXTH = torch.tensor(1.0 / 6.0, dtype=torch.float32).item()  # fl32(1/6), as vLLM
+
+
+@dataclass
+class QuantizedTensor:
+    codes: torch.Tensor  # uint8 [..., K]
+    scales: torch.Tensor  # uint8 [..., K // block]
+    global_scale: Optional[torch.Tensor]  # float32, nvfp4 only (encode side)
+    fmt: str
+    scale_mode: str = "floor"
+    rounding: str = "rne"
+    dtype: torch.dtype = torch.float32  # dtype of the quantized input
+
+    @property
+    def spec(self) -> FormatSpec:
+        return get_format(self.fmt)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.codes.shape
+
+
+def check_args(x: torch.Tensor, fmt, scale_mode: str, rounding: str, global_scale) -> FormatSpec:
+    """Validate every argument; each error names the offending value."""
+    spec = get_format(fmt)
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"x dtype {x.dtype} is not supported; expected float32, bfloat16 or float16")
+    if x.dim() == 0 or x.shape[-1] % spec.block_size != 0:
+        raise ValueError(
+            f"{spec.name}: last dimension K={tuple(x.shape)[-1:] or ()} of shape {tuple(x.shape)} "
+            f"is not a multiple of the block size {spec.block_size}"
+        )
+    if scale_mode not in SCALE_MODES:
+        raise ValueError(f"unknown scale_mode {scale_mode!r}; expected one of {', '.join(SCALE_MODES)}")
+    if not spec.is_mx and scale_mode != "floor":
+        raise ValueError(
+            f"scale_mode {scale_mode!r} applies to MX formats only; nvfp4's E4M3 block scale "
+            "is always round-to-nearest-even (leave scale_mode at its default)"
+        )
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"unknown rounding {rounding!r}; expected one of {', '.join(ROUNDINGS)}")
+    if spec.is_mx and global_scale is not None:
+        raise ValueError(f"{spec.name} has no global scale; pass global_scale=None")
+    return spec
+
+
+def _blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+    return x.to(torch.float32).reshape(*x.shape[:-1], x.shape[-1] // block, block)
+
+
+def _global_scale_blocks(gs: torch.Tensor, lead_shape, device) -> torch.Tensor:
+    """Global scale broadcast to [..., nblocks, 1]: a scalar, or a tensor
+    broadcastable to the leading dims (e.g. one per expert, shape [E, 1])."""
+    gs = gs.to(device=device, dtype=torch.float32)
+    while gs.dim() > len(lead_shape):
+        if gs.shape[-1] != 1:
+            raise ValueError(f"global_scale of shape {tuple(gs.shape)} does not broadcast to {tuple(lead_shape)}")
+        gs = gs.squeeze(-1)
+    return gs.reshape(*gs.shape, 1, 1) if gs.dim() else gs
+
+
+def _quantize_mx(xb: torch.Tensor, spec: FormatSpec, scale_mode: str, rounding: str):
+    amax = xb.abs().amax(dim=-1)
+    # amax hides a NaN only where the block also holds an Inf; both give 0xFF.
+    nonfinite = ~torch.isfinite(xb).all(dim=-1)
+    byte = scales.mx_scale_byte(torch.where(nonfinite, torch.inf, amax), spec, scale_mode)
+    v = xb * scales.e8m0_inverse(byte).unsqueeze(-1)  # exact power-of-two scaling
+    codes = minifloat.encode(spec.element, v, rounding)
+    nan_block = (byte == E8M0_NAN).unsqueeze(-1)
+    codes = torch.where(nan_block, _block_nan_code(spec, xb), codes)
+    return codes, byte
+
+
+def _block_nan_code(spec: FormatSpec, xb: torch.Tensor) -> torch.Tensor:
+    """Element code inside a NaN-scaled block: the NaN code where the format has
+    one, else the sign bit alone (the NaN scale carries the NaN)."""
+    nan = spec.element.nan_code
+    sign = (xb.view(torch.int32) < 0).to(torch.uint8) * spec.element.sign_bit
+    return sign | (nan if nan is not None else 0)
+
+
+def _quantize_nvfp4(xb: torch.Tensor, spec: FormatSpec, gs: torch.Tensor, rounding: str):
+    amax = xb.abs().amax(dim=-1, keepdim=True)
+    nan_block = torch.isnan(xb).any(dim=-1, keepdim=True)
+    # Operation order is part of the spec: gs * (amax * fl(1/6)), all float32.
+    s_f = torch.clamp(gs * (amax * _ONE_SIXTH), -NVFP4_SCALE_MAX, NVFP4_SCALE_MAX)
+    s_f = torch.where(nan_block, torch.nan, s_f)
+    s_code = scales.e4m3_encode(s_f)
+    s = scales.e4m3_decode(s_code)
+    r = gs / s  # fl32(gs / s) computed first, as vLLM's Triton kernel
+    y = torch.clamp(xb * r, -NVFP4_ELEM_MAX, NVFP4_ELEM_MAX)
+    codes = minifloat.encode(spec.element, y, rounding)
+    sign_only = (xb.view(torch.int32) < 0).to(torch.uint8) * spec.element.sign_bit
+    codes = torch.where((s == 0) | nan_block, sign_only, codes)
+    return codes, s_code.squeeze(-1)
+
+
+def quantize(x: torch.Tensor, fmt, scale_mode: str = "floor", rounding: str = "rne", global_scale=None) -> QuantizedTensor:
+    """Quantize x [..., K] to element codes + block scales (see DESIGN.md)."""
+    spec = check_args(x, fmt, scale_mode, rounding, global_scale)
+    xb = _blocks(x, spec.block_size)
+    gs_t = None
+    if spec.is_mx:
+        codes, byte = _quantize_mx(xb, spec, scale_mode, rounding)
+    else:
+        gs_t = check_global_scale(1.0 if global_scale is None else global_scale).to(x.device)
+        gsb = _global_scale_blocks(gs_t, x.shape[:-1], x.device)
+        codes, byte = _quantize_nvfp4(xb, spec, gsb, rounding)
+    return QuantizedTensor(
+        codes=codes.reshape(x.shape),
+        scales=byte,
+        global_scale=gs_t,
+        fmt=spec.name,
+        scale_mode=scale_mode,
+        rounding=rounding,
+        dtype=x.dtype,
+    )
+
+
+def block_scale_values(q: QuantizedTensor) -> torch.Tensor:
+    """float32 multiplier per block applied to decoded elements at dequantization:
+    2^(byte-127) for MX, fl32(s / gs) for nvfp4."""
+    spec = q.spec
+    if spec.is_mx:
+        return scales.e8m0_to_float(q.scales)
+    s = scales.e4m3_decode(q.scales)
+    gs = q.global_scale if q.global_scale is not None else torch.ones((), device=s.device)
+    gsb = _global_scale_blocks(gs, q.codes.shape[:-1], s.device).squeeze(-1)
+    return s / gsb
+
+
+def dequantize(q: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Codes + scales -> values in `dtype` (computed in float32, then cast)."""
+    spec = q.spec
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"dequantize dtype {dtype} is not supported; expected float32, bfloat16 or float16")
+    nb = q.codes.shape[-1] // spec.block_size
+    if tuple(q.scales.shape) != tuple(q.codes.shape[:-1]) + (nb,):
+        raise ValueError(
+            f"{spec.name}: scales shape {tuple(q.scales.shape)} does not match codes shape "
+            f"{tuple(q.codes.shape)} (expected {tuple(q.codes.shape[:-1]) + (nb,)})"
+        )
+    vals = minifloat.decode(spec.element, q.codes).reshape(*q.codes.shape[:-1], nb, spec.block_size)
+    out = vals * block_scale_values(q).unsqueeze(-1)
+    return out.reshape(q.codes.shape).to(dtype)
+
+
+def qdq(x: torch.Tensor, fmt, scale_mode: str = "floor", rounding: str = "rne", global_scale=None) -> torch.Tensor:
+    """Quantize then dequantize; same dtype and shape as x."""
+    return dequantize(quantize(x, fmt, scale_mode, rounding, global_scale), x.dtype)
