@@ -1,0 +1,56 @@
+"""`moe-harness` command line: parses and dispatches; each command lives in
+its own package (docs/internal-api.md). Command modules are imported lazily so
+one package's heavy imports (lm-eval, matplotlib) never slow another command."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command -> module with add_arguments(parser) and main(args) -> int
+COMMANDS = {
+    "run": ("harness.run", "run every check on the default device and write a report"),
+    "eval": ("harness.lmeval.command", "lm-eval accuracy run with statistical gates"),
+    "train-tiny": ("harness.lmeval.train", "train the bundled tiny MoE model (CPU, deterministic)"),
+    "pipeline": ("harness.pipelines.command", "validate or run Buildkite pipelines locally"),
+}
+BENCHES = {
+    "kernels": ("harness.kernels.bench", "Triton kernel bandwidth vs copy and torch.compile"),
+    "moe": ("harness.moe.bench", "emulated MoE forward vs bf16"),
+    "eval": ("harness.lmeval.bench", "tiny-model eval wall time"),
+}
+
+
+def _load(module: str):
+    return importlib.import_module(module)
+
+
+def build_parser(argv) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="moe-harness", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    # Only the chosen command's module is imported (its parser needs it).
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_)
+        if name == chosen:
+            _load(module).add_arguments(p)
+            p.set_defaults(_main=_load(module).main)
+    bench = sub.add_parser("bench", help="benchmarks (JSON to stdout and reports/)")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    bench_chosen = argv[argv.index("bench") + 1] if chosen == "bench" and len(argv) > argv.index("bench") + 1 else None
+    for name, (module, help_) in BENCHES.items():
+        p = bench_sub.add_parser(name, help=help_)
+        if name == bench_chosen:
+            _load(module).add_arguments(p)
+            p.set_defaults(_main=_load(module).main)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    return int(args._main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
