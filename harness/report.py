@@ -262,7 +262,7 @@ def junit_xml(suite_name: str, cases: Iterable[Mapping[str, Any]]) -> str:
 # summary markdown (a Buildkite annotation body)
 
 # Details that carry the reproducer are shown first and in full.
-_REPRO_KEYS = ("falsifying_example", "example", "shrunk_example", "config", "reproduce", "command")
+_REPRO_KEYS = ("falsifying_example", "example", "shrunk_example", "config", "reproduce", "command", "log_tail", "failure")
 
 
 def _format_value(value: Any) -> str:
@@ -282,7 +282,14 @@ def _fence(text: str) -> str:
 
 
 def _cell(value: Any) -> str:
-    text = _format_value(value).replace("\n", " ")
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(to_jsonable(value))
+        except TypeError:
+            text = repr(value)
+    text = text.replace("\n", " ")
     text = text.replace("|", "\\|")
     return text if len(text) <= 120 else text[:117] + "..."
 

@@ -1,0 +1,4 @@
+"""Buildkite pipelines: schema validation, harness lints, a local runner (docs/pipelines.md).
+
+Imports nothing of harness.formats / kernels / moe / lmeval: pipeline steps only shell out.
+"""

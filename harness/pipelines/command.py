@@ -1,0 +1,120 @@
+"""`moe-harness pipeline validate | run | junit-annotate`."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from . import lints, model, schema
+from .targets import TARGETS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="pipeline_command", required=True)
+
+    v = sub.add_parser("validate", help="Buildkite schema + harness lints")
+    v.add_argument("files", nargs="+", metavar="FILE")
+    v.add_argument("--root", default=".", help="checkout the commands run in (default: .)")
+
+    r = sub.add_parser("run", help="run a pipeline's steps for one target on this machine")
+    r.add_argument("file", metavar="FILE")
+    r.add_argument("--target", required=True, choices=TARGETS)
+    r.add_argument("--step", action="append", metavar="KEY", help="only this step (repeatable)")
+    r.add_argument("--root", default=".", help="checkout the commands run in (default: .)")
+    r.add_argument("-j", "--jobs", type=int, default=1, help="parallel jobs of one step run at once (default 1)")
+    r.add_argument("-v", "--verbose", action="store_true", help="stream job output")
+    r.add_argument("--dry-run", action="store_true", help="print what would run, run nothing")
+    r.add_argument("--branch", help="build.branch / BUILDKITE_BRANCH (default: the git branch)")
+    r.add_argument("--source", default="local", help="build.source, e.g. schedule for nightly conditions")
+    r.add_argument("--minute-seconds", type=float, default=60.0,
+                   help="length of a timeout_in_minutes minute in seconds (tests shrink it)")
+    r.add_argument("--grace-seconds", type=float, default=10.0, help="SIGTERM to SIGKILL on timeout")
+
+    a = sub.add_parser("junit-annotate", help="one Buildkite annotation from JUnit XML files")
+    a.add_argument("patterns", nargs="+", metavar="GLOB")
+    a.add_argument("--context", default="junit")
+
+
+def main(args) -> int:
+    if args.pipeline_command == "validate":
+        return validate(args.files, Path(args.root))
+    if args.pipeline_command == "run":
+        return run(args)
+    if args.pipeline_command == "junit-annotate":
+        from .junit_annotate import annotate
+
+        return annotate(args.patterns, context=args.context)
+    raise AssertionError(args.pipeline_command)
+
+
+def validate(files, root: Path) -> int:
+    bad = 0
+    for f in files:
+        try:
+            p = model.load(f)
+        except model.PipelineError as exc:
+            print(exc)
+            bad += 1
+            continue
+        problems = schema.validate(p) + lints.lint(p, root)
+        for prob in problems:
+            print(f"{prob}  [{prob.check}]")
+        bad += bool(problems)
+        if not problems:
+            print(f"ok {f}: {len(p.command_steps)} command steps")
+    return 1 if bad else 0
+
+
+def _git(root: Path, *argv) -> str | None:
+    try:
+        out = subprocess.run(["git", *argv], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def build_values(root: Path, branch: str | None, source: str) -> dict:
+    return {
+        "build.branch": branch or _git(root, "rev-parse", "--abbrev-ref", "HEAD") or "main",
+        "build.commit": _git(root, "rev-parse", "HEAD") or "HEAD",
+        "build.message": _git(root, "log", "-1", "--pretty=%s") or "",
+        "build.source": source,
+        "build.number": 0,
+        "build.tag": None,
+        "build.pull_request.id": None,
+        "build.pull_request.base_branch": None,
+        "build.pull_request.draft": None,
+        "pipeline.slug": "local",
+        "pipeline.default_branch": "main",
+    }
+
+
+def run(args) -> int:
+    from .plan import Refused, default_upload_env, make_plan
+    from .runner import Options, Runner
+
+    root = Path(args.root).resolve()
+    build = build_values(root, args.branch, args.source)
+    upload_env = default_upload_env()
+    upload_env.update({"BUILDKITE_BRANCH": build["build.branch"], "BUILDKITE_COMMIT": build["build.commit"],
+                       "BUILDKITE_BUILD_NUMBER": "0", "BUILDKITE": "true", "CI": "true"})
+    try:
+        plan = make_plan(args.file, args.target, args.step, build, upload_env)
+    except (Refused, model.PipelineError) as exc:
+        print(f"moe-harness pipeline run: refused: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for s in plan.graph.order:
+            if s.kind != "command":
+                continue
+            d = plan.decision(s)
+            jobs = s.raw.get("parallelism")
+            what = f"run ({jobs} jobs)" if d.run and jobs else ("run" if d.run else f"skip: {d.reason}")
+            print(f"{s.key}: {what}")
+        return 0
+    hint = f"moe-harness pipeline run {args.file} --target {args.target}"
+    opts = Options(root=root, jobs=args.jobs, minute=args.minute_seconds, grace=args.grace_seconds,
+                   verbose=args.verbose)
+    return Runner(plan, opts, hint).run()

@@ -1,0 +1,312 @@
+"""The harness's own rules for pipeline files, beyond what Buildkite's schema checks.
+
+Each lint is a function (pipeline, root) -> list[Problem]; LINTS lists them
+by name. `root` is the checkout the commands run in (files are looked up there).
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import shlex
+from pathlib import Path
+
+from . import graph
+from .model import Pipeline, Step
+from .schema import Problem
+from .targets import (
+    RETRY_REQUIRED,
+    ROCM_ARCH,
+    ROCM_EXEMPT_ENV,
+    SOFT_FAIL_ENV,
+    target_of,
+)
+
+
+def _p(pipeline: Pipeline, step: Step | None, check: str, message: str) -> Problem:
+    return Problem(str(pipeline.path), step.where if step else "pipeline", message, check)
+
+
+# ---- every command step has a command, key, label, timeout, queue and artifacts
+
+
+def required_fields(pipeline: Pipeline, root: Path) -> list[Problem]:
+    out = []
+    for s in pipeline.command_steps:
+        def bad(msg):
+            out.append(_p(pipeline, s, "required-fields", msg))
+
+        if not s.commands:
+            bad("command: missing (every command step runs a command)")
+        if not s.key:
+            bad("key: missing (depends_on, retries and `--step` need it)")
+        if not s.raw.get("label"):
+            bad("label: missing")
+        if "timeout_in_minutes" not in s.raw:  # its type is the schema's business
+            bad("timeout_in_minutes: missing (a hung GPU must not hold an agent forever)")
+        if not s.queue:
+            bad("agents.queue: missing")
+        elif target_of(s.queue) is None:
+            bad(f"agents.queue: {s.queue!r} is not a known queue (cpu, cuda-*, rocm-*)")
+        if not s.raw.get("artifact_paths"):
+            bad("artifact_paths: missing (reports and JUnit XML must be uploaded)")
+    return out
+
+
+# ---- automatic retry for lost agents, stopped agents and (GPU steps) hangs
+
+
+def _retry_statuses(step: Step) -> set:
+    retry = step.raw.get("retry")
+    auto = retry.get("automatic") if isinstance(retry, dict) else None
+    if auto in (True, "true"):
+        return {"*"}
+    rules = auto if isinstance(auto, list) else [auto] if isinstance(auto, dict) else []
+    out: set = set()
+    for r in rules:
+        if not isinstance(r, dict) or str(r.get("limit", 2)) == "0":
+            continue
+        st = r.get("exit_status", "*")
+        out.update(st if isinstance(st, list) else [st])
+    return out
+
+
+def retry_policy(pipeline: Pipeline, root: Path) -> list[Problem]:
+    out = []
+    for s in pipeline.command_steps:
+        have = _retry_statuses(s)
+        if "*" in have:
+            continue
+        need = list(RETRY_REQUIRED["all"])
+        if target_of(s.queue) in ("cuda", "rocm"):
+            need += RETRY_REQUIRED["gpu"]
+        missing = [n for n in need if n not in have]
+        if missing:
+            out.append(_p(pipeline, s, "retry", f"retry.automatic: no rule for exit status {missing}"))
+    return out
+
+
+# ---- soft_fail only with a written reason
+
+
+def soft_fail_reason(pipeline: Pipeline, root: Path) -> list[Problem]:
+    out = []
+    for s in pipeline.command_steps:
+        sf = s.raw.get("soft_fail")
+        if sf in (None, False, "false", []):
+            continue
+        if not s.env.get(SOFT_FAIL_ENV, "").strip():
+            out.append(_p(pipeline, s, "soft-fail", f"soft_fail without a reason: set env.{SOFT_FAIL_ENV}"))
+    return out
+
+
+# ---- depends_on names existing keys, no cycles, no duplicate keys
+
+
+def dependencies(pipeline: Pipeline, root: Path) -> list[Problem]:
+    return [_p(pipeline, s, "depends-on", msg) for s, msg in graph.build(pipeline).problems]
+
+
+# ---- files a command names exist
+
+
+# Folders that commands create (virtualenv, outputs): names under them are not checked.
+OUTPUT_DIRS = {".venv", "reports", ".hypothesis", ".pytest_cache"}
+FILE_EXTS = (".py", ".sh", ".yaml", ".yml", ".json", ".jsonl", ".toml", ".cfg", ".txt")
+
+
+def _words(command: str) -> list[str]:
+    """Shell words, with VAR=value assignments and --opt=value split open."""
+    out = []
+    for w in shlex.split(command, comments=True):
+        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w):  # PYTEST_ARGS="suites/x --junitxml=..."
+            value = w.split("=", 1)[1]
+            try:
+                out.extend(_words(value))
+            except ValueError:
+                pass
+            continue
+        if w.startswith("--") and "=" in w:
+            w = w.split("=", 1)[1]
+        out.append(w)
+    return out
+
+
+def _path_refs(command: str, root: Path) -> list[str]:
+    refs = []
+    for w in _words(command):
+        if not w or w.startswith("-") or "$" in w or "://" in w or any(c.isspace() for c in w):
+            continue
+        w = w.split("::", 1)[0]  # pytest node id
+        first = w.split("/", 1)[0]
+        if first in OUTPUT_DIRS:
+            continue
+        if "/" in w and ((root / first).exists() or w.endswith(FILE_EXTS)):
+            refs.append(w)
+        elif "/" not in w and w.endswith((".py", ".sh")):
+            refs.append(w)
+    return refs
+
+
+def referenced_files(pipeline: Pipeline, root: Path) -> list[Problem]:
+    out = []
+    for s in pipeline.command_steps:
+        for c in s.commands:
+            try:
+                refs = _path_refs(c, root)
+                configs = set(_eval_configs(c))  # the lm-eval lint reports those
+            except ValueError as exc:
+                out.append(_p(pipeline, s, "files", f"command is not valid shell ({exc}): {c!r}"))
+                continue
+            for ref in refs:
+                if ref in configs:
+                    continue
+                if glob.has_magic(ref):
+                    if not glob.glob(str(root / ref), recursive=True):
+                        out.append(_p(pipeline, s, "files", f"command names {ref!r}, which matches no file"))
+                elif not (root / ref).exists():
+                    out.append(_p(pipeline, s, "files", f"command names {ref!r}, which does not exist"))
+    return out
+
+
+# ---- lm-eval steps name existing configs
+
+
+def _eval_configs(command: str) -> list[str | None]:
+    words = shlex.split(command, comments=True)
+    found = []
+    for i, w in enumerate(words[:-1]):
+        if w.endswith("moe-harness") and words[i + 1] == "eval":
+            cfg = None
+            rest = words[i + 2:]
+            for j, a in enumerate(rest):
+                if a == "--config" and j + 1 < len(rest):
+                    cfg = rest[j + 1]
+                elif a.startswith("--config="):
+                    cfg = a.split("=", 1)[1]
+            found.append(cfg)
+    return found
+
+
+def lm_eval_configs(pipeline: Pipeline, root: Path) -> list[Problem]:
+    out = []
+    for s in pipeline.command_steps:
+        for c in s.commands:
+            try:
+                configs = _eval_configs(c)
+            except ValueError:
+                continue  # referenced_files reports bad shell
+            for cfg in configs:
+                if cfg is None:
+                    out.append(_p(pipeline, s, "lm-eval", "`moe-harness eval` without --config"))
+                elif not (root / cfg).is_file():
+                    out.append(_p(pipeline, s, "lm-eval", f"lm-eval config {cfg!r} does not exist"))
+    return out
+
+
+# ---- every CUDA suite also runs on ROCm gfx942, unless the step says why not
+
+
+def _gpu_neutral(text: str) -> str:
+    return re.sub(r"cuda|rocm", "{gpu}", text, flags=re.IGNORECASE)
+
+
+def rocm_parity(pipeline: Pipeline, root: Path) -> list[Problem]:
+    out = []
+    keyed = pipeline.by_key()
+    for s in pipeline.command_steps:
+        if target_of(s.queue) != "cuda":
+            continue
+        if ROCM_EXEMPT_ENV in s.env:
+            if not s.env[ROCM_EXEMPT_ENV].strip():
+                out.append(_p(pipeline, s, "rocm-parity", f"env.{ROCM_EXEMPT_ENV} is empty: write the reason"))
+            continue
+        key = s.key or ""
+        if "cuda" not in key:
+            out.append(_p(pipeline, s, "rocm-parity",
+                          f"CUDA step key {key!r} does not name its target (e.g. cuda-kernels), so no ROCm twin can be found; "
+                          f"or set env.{ROCM_EXEMPT_ENV}"))
+            continue
+        twin_key = key.replace("cuda", "rocm")
+        twin = keyed.get(twin_key)
+        if twin is None or target_of(twin.queue) != "rocm":
+            out.append(_p(pipeline, s, "rocm-parity",
+                          f"runs on CUDA but no ROCm step {twin_key!r} runs it on gfx942; add one or set env.{ROCM_EXEMPT_ENV}"))
+            continue
+        if [_gpu_neutral(c) for c in s.commands] != [_gpu_neutral(c) for c in twin.commands]:
+            out.append(_p(pipeline, s, "rocm-parity",
+                          f"its ROCm twin {twin_key!r} runs different commands (beyond the words cuda/rocm)"))
+    return out
+
+
+def rocm_arch(pipeline: Pipeline, root: Path) -> list[Problem]:
+    out = []
+    for s in pipeline.command_steps:
+        if target_of(s.queue) != "rocm":
+            continue
+        arch = {**pipeline.env, **s.env}.get("PYTORCH_ROCM_ARCH")
+        if arch != ROCM_ARCH:
+            out.append(_p(pipeline, s, "rocm-arch",
+                          f"env.PYTORCH_ROCM_ARCH is {arch!r}; ROCm steps must JIT-build for {ROCM_ARCH!r} only"))
+    return out
+
+
+# ---- job-time variables must be escaped from upload-time interpolation
+
+# Set per job by the agent, so unset when `buildkite-agent pipeline upload` interpolates.
+JOB_VARS = (
+    "BUILDKITE_PARALLEL_JOB", "BUILDKITE_PARALLEL_JOB_COUNT", "BUILDKITE_JOB_ID", "BUILDKITE_STEP_KEY",
+    "BUILDKITE_STEP_ID", "BUILDKITE_RETRY_COUNT", "BUILDKITE_LABEL", "BUILDKITE_AGENT_NAME",
+    "BUILDKITE_AGENT_ID", "BUILDKITE_BUILD_CHECKOUT_PATH", "BUILDKITE_ARTIFACT_PATHS", "BUILDKITE_COMMAND",
+    "BUILDKITE_TIMEOUT",
+)
+_UPLOAD_VAR = re.compile(r"(?<!\$)\$\{?(" + "|".join(JOB_VARS) + r")\b")
+
+
+def job_variables(pipeline: Pipeline, root: Path) -> list[Problem]:
+    out = []
+    for s in pipeline.command_steps:
+        for c in s.commands:
+            for m in _UPLOAD_VAR.finditer(c):
+                out.append(_p(pipeline, s, "interpolation",
+                              f"command uses ${m.group(1)}, which pipeline upload replaces with an empty string; write $${m.group(1)}"))
+    return out
+
+
+# ---- parallel jobs must not overwrite each other's JUnit file
+
+_JUNIT = re.compile(r"--junit-?xml[= ](\S+)")
+
+
+def parallel_junit(pipeline: Pipeline, root: Path) -> list[Problem]:
+    out = []
+    for s in pipeline.command_steps:
+        if s.parallelism < 2:
+            continue
+        for c in s.commands:
+            for m in _JUNIT.finditer(c):
+                if "BUILDKITE_PARALLEL_JOB" not in m.group(1):
+                    out.append(_p(pipeline, s, "parallel-junit",
+                                  f"parallelism {s.parallelism} but every job writes {m.group(1)}; put $$BUILDKITE_PARALLEL_JOB in the name"))
+    return out
+
+
+LINTS = {
+    "required-fields": required_fields,
+    "retry": retry_policy,
+    "soft-fail": soft_fail_reason,
+    "depends-on": dependencies,
+    "files": referenced_files,
+    "lm-eval": lm_eval_configs,
+    "rocm-parity": rocm_parity,
+    "rocm-arch": rocm_arch,
+    "interpolation": job_variables,
+    "parallel-junit": parallel_junit,
+}
+
+
+def lint(pipeline: Pipeline, root: Path) -> list[Problem]:
+    out = []
+    for fn in LINTS.values():
+        out.extend(fn(pipeline, Path(root)))
+    return out

@@ -1,0 +1,164 @@
+"""The local runner, end to end on fixtures/run/pipeline.yml (trivial commands, a few seconds)."""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from harness.pipelines import command
+
+RUN_DIR = Path(__file__).parent / "fixtures" / "run"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*argv) -> int:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return command.main(parser.parse_args(list(argv)))
+
+
+@pytest.fixture(scope="module")
+def fixture_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("run")
+    shutil.copy(RUN_DIR / "pipeline.yml", root / "pipeline.yml")
+    rc = run_cli("run", str(root / "pipeline.yml"), "--target", "cpu", "--root", str(root),
+                 "--minute-seconds", "0.5", "--grace-seconds", "0.5", "--jobs", "3")
+    report = (root / "reports" / "latest").resolve()
+    data = json.loads((report / "results.json").read_text())
+    by_name = {r["name"]: r for r in data["results"]}
+    return rc, root, report, by_name
+
+
+def test_failing_step_fails_the_run(fixture_run):
+    rc, _, _, by = fixture_run
+    assert rc == 1
+    assert by["broken"]["state"] == "failed" and by["broken"]["details"]["exit_status"] == 7
+
+
+def test_env_layers_reach_the_command(fixture_run):
+    _, root, _, by = fixture_run
+    assert by["prep"]["state"] == "passed"
+    assert (root / "out" / "prep.txt").read_text() == "prep from-pipeline from-step"
+
+
+def test_parallelism_starts_one_process_per_job(fixture_run):
+    _, root, _, by = fixture_run
+    for j in range(3):
+        assert by[f"shards[{j}]"]["state"] == "passed"
+        assert (root / "out" / f"shard-{j}-of-3.txt").read_text() == f"shard {j}"  # %n in the label
+
+
+def test_artifacts_are_collected_and_downloadable(fixture_run):
+    _, root, report, _ = fixture_run
+    assert (report / "artifacts" / "shards#1" / "out" / "shard-1-of-3.txt").is_file()
+    assert (root / "out" / "downloaded-count.txt").read_text().strip() == "3"
+
+
+def test_retry_rule_retries_then_passes(fixture_run):
+    by = fixture_run[3]
+    assert by["flaky"]["state"] == "passed"
+    assert by["flaky"]["details"]["exit_statuses"] == [255, 0]
+
+
+def test_soft_fail_does_not_fail(fixture_run):
+    by = fixture_run[3]
+    assert by["soft"]["state"] == "soft_failed" and by["soft"]["passed"] is True
+
+
+def test_dependency_failure_blocks_unless_allowed(fixture_run):
+    _, root, _, by = fixture_run
+    assert by["after-broken"]["state"] == "broken"
+    assert not (root / "out" / "after-broken-ran").exists()
+    assert by["allowed"]["state"] == "passed"
+    assert by["blocked-by-wait"]["state"] == "broken"  # a plain wait after failures
+    assert not (root / "out" / "blocked-ran").exists()
+    assert by["annotate"]["state"] == "passed"  # behind `continue_on_failure: true`
+
+
+def test_other_targets_and_false_conditions_are_skipped(fixture_run):
+    _, root, _, by = fixture_run
+    assert "cuda-only" not in by and "conditional" not in by
+    assert not (root / "out" / "cuda-only-ran").exists()
+    assert not (root / "out" / "conditional-ran").exists()
+
+
+def test_timeout_kills_and_reports_minus_one_then_retries(fixture_run):
+    by = fixture_run[3]
+    slow = by["slow"]
+    assert slow["state"] == "failed"
+    assert slow["details"]["exit_statuses"] == [-1, -1]
+    assert "timed_out" in slow["details"]
+    assert slow["details"]["seconds"] < 10  # sleep 30 was killed
+
+
+def test_report_files(fixture_run):
+    _, _, report, _ = fixture_run
+    suite = ET.parse(report / "junit.xml").getroot().find("testsuite")
+    assert suite.get("failures") == "4"  # broken, after-broken, slow, blocked-by-wait
+    summary = (report / "summary.md").read_text()
+    assert summary.index("broken") < summary.index("prep")  # failures first
+    assert "moe-harness pipeline run" in summary and "--step broken" in summary
+    assert "fixture annotation" in summary  # buildkite-agent annotate went into the report
+    style = json.loads((report / "annotations" / "fixture.json").read_text())
+    assert style["style"] == "info" and style["step"] == "annotate"
+
+
+def test_step_option_runs_only_that_step(tmp_path):
+    shutil.copy(RUN_DIR / "pipeline.yml", tmp_path / "pipeline.yml")
+    (tmp_path / "out").mkdir()
+    rc = run_cli("run", str(tmp_path / "pipeline.yml"), "--target", "cpu", "--root", str(tmp_path), "--step", "allowed")
+    assert rc == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["allowed-ran"]
+
+
+def test_step_of_another_target_is_refused(tmp_path, capsys):
+    shutil.copy(RUN_DIR / "pipeline.yml", tmp_path / "pipeline.yml")
+    rc = run_cli("run", str(tmp_path / "pipeline.yml"), "--target", "cpu", "--root", str(tmp_path), "--step", "cuda-only")
+    assert rc == 2
+    assert "steps[7] (cuda-only): runs on queue 'cuda-h100'" in capsys.readouterr().err
+
+
+def test_unknown_condition_is_refused_not_guessed(tmp_path, capsys):
+    p = tmp_path / "p.yml"
+    p.write_text(
+        "steps:\n"
+        "  - {label: x, key: x, command: 'touch ran', agents: {queue: cpu}, timeout_in_minutes: 1,\n"
+        "     if: 'build.pull_request.labels includes \"ci\"'}\n"
+    )
+    rc = run_cli("run", str(p), "--target", "cpu", "--root", str(tmp_path))
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"{p}: steps[0] (x): if:" in err and "build.pull_request.labels" in err
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "reports").exists()
+
+
+def test_interrupted_run_keeps_what_finished(tmp_path):
+    shutil.copy(RUN_DIR / "interrupt.yml", tmp_path / "interrupt.yml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDKITE_")}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.pipelines", "run", str(tmp_path / "interrupt.yml"), "--target", "cpu",
+         "--root", str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    pid_file = tmp_path / "hang.pid"
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read().decode()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=30)[0].decode()
+    assert proc.returncode == 130, out
+    report = (tmp_path / "reports" / "latest").resolve()
+    data = json.loads((report / "results.json").read_text())
+    assert [r["name"] for r in data["results"]] == ["first"] and data["meta"]["interrupted"] is True
+    assert (report / "summary.md").is_file() and (report / "junit.xml").is_file()
+    hang_pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(hang_pid, 0)  # the hanging job's process was killed with the run
