@@ -1,0 +1,224 @@
+"""Experts classes, shaped like vLLM's TritonExperts and its emulation subclasses.
+
+Data flow of ExpertsBase.apply (P = T * top_k token/expert pairs, p = t*k + j):
+
+    x  = hidden.float()                          [T, H]
+    x  = QDQ_a1(x)          (only if expects_unquantized_inputs; see below)
+    h1 = grouped GEMM: x[pair token] @ W13[e].T  [P, 2I]   float32 accumulation
+    a  = activation(h1)                          [P, I]
+    a  = QDQ_a2(a)                               one call over all pairs
+    h2 = grouped GEMM: a @ W2[e].T               [P, H]
+    out[t] = sum_j topk_weights[t, j] * h2[t*k + j]  -> hidden.dtype
+
+Contracts (each one an upstream bug class, see shared/UPSTREAM-BUGS.md):
+- expects_unquantized_inputs = True: the BASE apply() quantizes a1; emulation
+  subclasses must NOT quantize before calling super().apply() (double QDQ).
+  When False the caller (FusedMoE's prepare step) has quantized a1 already.
+- Every QDQ goes through `quantize_input.moe_kernel_quantize_input`, looked up
+  on the module at call time: exactly one call per GEMM input, zero calls for
+  weight-only schemes.
+- The scale passed is chosen by `is None`, never by tensor truthiness
+  (`a or b` on tensors forces a host sync and breaks graph capture).
+- The constructor never writes into the shared quant config.
+- No host sync in apply(): fixed-shape loop over experts with masks (unfused)
+  or a fixed-grid Triton kernel (fused).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import ops, quantize_input
+from .activations import get_activation
+from .config import MoEQuantConfig
+
+BACKENDS = ("unfused", "fused")
+
+
+def _grouped_gemm_unfused(x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x [P, K] float32, ids [P] int64, w [E, N, K] float32 -> [P, N].
+    Dense over experts (every expert's GEMM on all pairs, masked select): fixed
+    shapes, no data-dependent control flow. torch.matmul in float32 (TF32 off
+    is the caller's/torch default for fp32 matmul)."""
+    out = x.new_zeros(x.shape[0], w.shape[1])
+    for e in range(w.shape[0]):
+        y = torch.matmul(x, w[e].transpose(0, 1))
+        out = torch.where((ids == e).unsqueeze(1), y, out)
+    return out
+
+
+class ExpertsBase(torch.nn.Module):
+    """Analogue of TritonExperts. Subclasses choose how weights are stored;
+    apply() is the one place activations are quantized."""
+
+    expects_unquantized_inputs: bool = True
+
+    def __init__(self, quant_config: Optional[MoEQuantConfig], *, backend: str = "unfused",
+                 op_backend: str = "auto", fused_precision: str = "auto", kernel_weights=None):
+        super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown experts backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        self.quant_config = quant_config  # shared: read only
+        self.backend = backend
+        self.op_backend = op_backend
+        self.fused_precision = fused_precision
+        if quant_config is not None:
+            self.scheme = quant_config.scheme
+            self.a1_scale = quant_config.a1_scale
+            self.a1_gscale = quant_config.a1_gscale
+            self.a2_scale = quant_config.a2_scale
+            self.a2_gscale = quant_config.a2_gscale
+            ops.prepare_device(quant_config.device)
+        self._kernel_weights = kernel_weights
+        if backend == "fused" and kernel_weights is None:
+            self._kernel_weights = self._make_kernel_weights()
+
+    # -- what subclasses provide -------------------------------------------------
+    @property
+    def quant_dtype(self):
+        return self.scheme.quant_dtype
+
+    @property
+    def scale_mode(self) -> str:
+        return self.scheme.scale_mode
+
+    def dequantize_weights(self):
+        """(W13 [E, 2I, H], W2 [E, H, I]) float32 for the unfused path."""
+        qc = self.quant_config
+        return (ops.dequantize_expert_weights(qc.w13_q, qc.w13_gscale, backend=self.op_backend),
+                ops.dequantize_expert_weights(qc.w2_q, qc.w2_gscale, backend=self.op_backend))
+
+    def _make_kernel_weights(self):
+        from . import fused  # noqa: PLC0415  (Triton only needed for this backend)
+
+        qc = self.quant_config
+        return (fused.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
+                fused.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))
+
+    # -- scale selection: by `is None`, never `a or b` on tensors ---------------
+    def a1_input_scale(self):
+        return self.a1_scale if self.a1_scale is not None else self.a1_gscale
+
+    def a2_input_scale(self):
+        return self.a2_scale if self.a2_scale is not None else self.a2_gscale
+
+    def quantize_activation(self, x: torch.Tensor, scale) -> torch.Tensor:
+        if self.quant_dtype is None:  # weight-only / unquantized: zero QDQ calls
+            return x
+        xq, _ = quantize_input.moe_kernel_quantize_input(
+            x, scale, self.quant_dtype, scale_mode=self.scale_mode, quantization_emulation=True,
+            backend=self.op_backend)
+        return xq
+
+    def _gemm(self, x, ids, which: int, w_unfused):
+        if self.backend == "fused":
+            from . import fused  # noqa: PLC0415
+
+            a_gscale = None
+            if self.scheme.is_nvfp4:
+                a_gscale = self.a1_input_scale() if which == 0 else self.a2_input_scale()
+            return fused.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
+                                  a_gscale=a_gscale)
+        return _grouped_gemm_unfused(x, ids, w_unfused[which])
+
+    def _precision(self, device) -> str:
+        from . import fused  # noqa: PLC0415
+
+        return fused.resolve_precision(self.fused_precision, self.scheme, device)
+
+    def apply(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, *,
+              activation: str = "silu") -> torch.Tensor:
+        act = get_activation(activation)
+        T, H = hidden.shape
+        k = topk_ids.shape[1]
+        x = hidden.to(torch.float32)
+        if self.expects_unquantized_inputs:
+            x = self.quantize_activation(x, self.a1_input_scale())
+        w = self.dequantize_weights() if self.backend == "unfused" else None
+        ids = topk_ids.reshape(-1).to(torch.int64)
+        xs = x.unsqueeze(1).expand(T, k, H).reshape(T * k, H)
+        h1 = self._gemm(xs, ids, 0, w)
+        a = self.quantize_activation(act(h1), self.a2_input_scale())
+        h2 = self._gemm(a, ids, 1, w)
+        out = (h2.reshape(T, k, H) * topk_weights.to(torch.float32).unsqueeze(-1)).sum(dim=1)
+        return out.to(hidden.dtype)
+
+
+class NvFp4EmulationExperts(ExpertsBase):
+    """NVFP4 weights (e2m1 codes, E4M3 block scales, per-expert global scale),
+    NVFP4 activations with the encode-side a1_gscale / a2_gscale."""
+
+    expects_unquantized_inputs = True
+
+    def __init__(self, quant_config, **kw):
+        if not quant_config.scheme.is_nvfp4:
+            raise ValueError(f"NvFp4EmulationExperts needs the nvfp4 scheme, got {quant_config.scheme.name}")
+        super().__init__(quant_config, **kw)
+
+    def apply(self, hidden, topk_weights, topk_ids, *, activation="silu"):
+        # Activation QDQ is done ONCE, in ExpertsBase.apply (expects_unquantized_inputs).
+        return super().apply(hidden, topk_weights, topk_ids, activation=activation)
+
+
+class OcpMxEmulationExperts(ExpertsBase):
+    """OCP MX weights (E8M0 block scales) with MX or per-tensor fp8 activations."""
+
+    expects_unquantized_inputs = True
+
+    def __init__(self, quant_config, **kw):
+        s = quant_config.scheme
+        if s.is_nvfp4 or s.weight_only:
+            raise ValueError(f"OcpMxEmulationExperts needs an OCP MX w+a scheme, got {s.name}")
+        super().__init__(quant_config, **kw)
+
+    def apply(self, hidden, topk_weights, topk_ids, *, activation="silu"):
+        # Activation QDQ is done ONCE, in ExpertsBase.apply (expects_unquantized_inputs).
+        return super().apply(hidden, topk_weights, topk_ids, activation=activation)
+
+
+class Mxfp8WeightOnlyExperts(ExpertsBase):
+    """MXFP8 (E4M3) weights, unquantized activations: zero activation QDQ calls."""
+
+    expects_unquantized_inputs = True
+
+    def __init__(self, quant_config, **kw):
+        if not quant_config.scheme.weight_only:
+            raise ValueError(f"Mxfp8WeightOnlyExperts needs a weight-only scheme, got {quant_config.scheme.name}")
+        super().__init__(quant_config, **kw)
+
+
+class UnquantizedExperts(ExpertsBase):
+    """The "bf16" baseline: float weights as given (computed in float32), no QDQ."""
+
+    def __init__(self, w13: torch.Tensor, w2: torch.Tensor, *, backend: str = "unfused", **kw):
+        from .schemes import BF16  # noqa: PLC0415
+
+        self._w13, self._w2 = w13, w2
+        self.scheme = BF16
+        super().__init__(None, backend=backend, **kw)
+
+    def dequantize_weights(self):
+        return self._w13.to(torch.float32), self._w2.to(torch.float32)
+
+    def _make_kernel_weights(self):
+        from . import fused  # noqa: PLC0415
+
+        return fused.FusedWeights.from_float(self._w13), fused.FusedWeights.from_float(self._w2)
+
+    def a1_input_scale(self):
+        return None
+
+    def a2_input_scale(self):
+        return None
+
+
+def make_experts(quant_config: MoEQuantConfig, backend: str = "unfused", **kw) -> ExpertsBase:
+    s = quant_config.scheme
+    if s.is_nvfp4:
+        cls = NvFp4EmulationExperts
+    elif s.weight_only:
+        cls = Mxfp8WeightOnlyExperts
+    else:
+        cls = OcpMxEmulationExperts
+    return cls(quant_config, backend=backend, **kw)

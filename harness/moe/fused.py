@@ -1,0 +1,314 @@
+"""Fused dequant + grouped GEMM for the expert GEMMs (Triton).
+
+Contract (what the suites test; see also `gemm_error_bound`):
+
+1. Dequantization is fused and BIT-EXACT: the kernel turns element codes into
+   float32 by exact bit construction and multiplies by the same float32
+   per-block multiplier as harness.formats (2^(byte-127) for MX, fl32(s / gs[e])
+   for nvfp4). `fused_dequantize(fw)` runs the kernel's dequant path alone and
+   equals `ops.dequantize_expert_weights` bitwise (also on CPU, Triton
+   interpreter).
+2. The GEMM is `tl.dot` with float32 accumulation, NOT bitwise equal to the
+   unfused torch.matmul (the summation order inside tl.dot -- tensor-core
+   fragments on GPU, numpy matmul per tile in the interpreter -- is not the
+   order of torch's BLAS). Per GEMM output element y = sum_i a_i * b_i
+   (a = the GEMM input rows, b = the dequantized expert weight row, K terms):
+
+       |y_fused - y_unfused| <= (2 * gamma_K + c_prec) * sum_i |a_i| * |b_i|
+
+   gamma_K = K*u / (1 - K*u), u = 2^-24: the classical bound for ANY summation
+   order of a float32 dot product, with or without FMA; both paths obey it, hence
+   the factor 2. c_prec = 0 for precision "ieee" and for "bf16" when both
+   operands are exact in bf16 (MX weights times MX activations, or times
+   activations that were bf16 to begin with); c_prec = 2^-7 for "bf16" with
+   nvfp4 (operands rescaled to the exact e2m1*s values, 1/gs factored out and
+   applied after the dot: a few u per product, bounded loosely by 2^-7) and
+   for lossy bf16 operands. `gemm_error_bound` computes the right-hand side.
+3. End to end, fused and unfused use the same routing, the same activation
+   QDQ calls and the same top-k sum; the only difference is (2). Because a2
+   QDQ is discontinuous, a GEMM1 difference within (2) can move an a2 element
+   across a rounding boundary: end-to-end comparisons must allow one a2
+   quantization step per element (or compare per GEMM with the bound above).
+
+Layout: pairs (token, expert) are sorted by expert (stable) and each expert's
+rows padded to BLOCK_M, all on the device with fixed-size buffers (no host
+sync): rows [num_blocks * BLOCK_M] int64 pair ids (-1 = padding), block_expert
+[num_blocks] int32 (-1 = unused block). All pointer offsets are int64.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+import harness.formats as hf
+
+U = 2.0 ** -24
+PRECISIONS = ("auto", "ieee", "bf16")
+
+
+def _moe_gemm_kernel(
+    x_ptr, rows_ptr, block_expert_ptr, w_ptr, mult_ptr, post_ptr, out_ptr,
+    N, K, stride_xm, stride_om,
+    stride_we, stride_wn, stride_me, stride_mn,
+    KIND: tl.constexpr,  # 0 float weights, 1 element codes
+    PACKED: tl.constexpr,  # fp4 codes two per byte (low nibble = even k)
+    WIDTH: tl.constexpr, EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr, IS_FN: tl.constexpr,
+    QBLOCK: tl.constexpr,  # quantization block along K
+    BF16: tl.constexpr, HAS_POST: tl.constexpr, DEQUANT_ONLY: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    if DEQUANT_ONLY:
+        e = pid_m.to(tl.int64)
+    else:
+        e_raw = tl.load(block_expert_ptr + pid_m)
+        e = tl.maximum(e_raw, 0).to(tl.int64)
+        offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        rows = tl.load(rows_ptr + offs_m)
+        rmask = rows >= 0
+        rows_safe = tl.where(rmask, rows, 0)
+    offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
+        kmask = offs_k < K
+        wmask = nmask[:, None] & kmask[None, :]
+        if KIND == 0:
+            wv = tl.load(w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :],
+                         mask=wmask, other=0.0).to(tl.float32)
+        else:
+            if PACKED:
+                byte = tl.load(w_ptr + e * stride_we + offs_n[:, None] * stride_wn + (offs_k // 2)[None, :],
+                               mask=wmask, other=0).to(tl.int32)
+                code = (byte >> ((offs_k % 2) * 4).to(tl.int32)[None, :]) & 0xF
+            else:
+                code = tl.load(w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :],
+                               mask=wmask, other=0).to(tl.int32)
+            # exact element decode by bit construction
+            mag = code & ((1 << (WIDTH - 1)) - 1)
+            ef = mag >> MBITS
+            mf = mag & ((1 << MBITS) - 1)
+            normal = (((ef - BIAS + 127) << 23) | (mf << (23 - MBITS))).to(tl.float32, bitcast=True)
+            sub = mf.to(tl.float32) * (2.0 ** (1 - BIAS - MBITS))
+            val = tl.where(ef == 0, sub, normal)
+            if IS_FN:
+                nan = tl.full(val.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
+                val = tl.where(mag == (1 << (WIDTH - 1)) - 1, nan, val)
+            val = tl.where((code >> (WIDTH - 1)) != 0, -val, val)
+            m = tl.load(mult_ptr + e * stride_me + offs_n[:, None] * stride_mn + (offs_k // QBLOCK)[None, :],
+                        mask=wmask, other=0.0)
+            wv = val * m
+        if DEQUANT_ONLY:
+            # dequant-only launch: stride_xm / stride_om are the output's expert / row strides
+            tl.store(out_ptr + e * stride_xm + offs_n[:, None] * stride_om + offs_k[None, :], wv, mask=wmask)
+        else:
+            a = tl.load(x_ptr + rows_safe[:, None] * stride_xm + offs_k[None, :],
+                        mask=rmask[:, None] & kmask[None, :], other=0.0)
+            if BF16:
+                acc = tl.dot(a.to(tl.bfloat16), tl.trans(wv.to(tl.bfloat16)), acc)
+            else:
+                acc = tl.dot(a, tl.trans(wv), acc, input_precision="ieee")
+    if not DEQUANT_ONLY:
+        if HAS_POST:
+            acc = acc * tl.load(post_ptr + e)
+        tl.store(out_ptr + rows_safe[:, None] * stride_om + offs_n[None, :], acc,
+                 mask=rmask[:, None] & nmask[None, :])
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(interpret: bool):
+    if interpret:
+        from triton.runtime.interpreter import InterpretedFunction  # noqa: PLC0415
+
+        return InterpretedFunction(_moe_gemm_kernel)
+    return triton.jit(_moe_gemm_kernel)
+
+
+@dataclass
+class FusedWeights:
+    """Kernel format of one expert weight tensor [E, N, K]: packed fp4 / one
+    code per byte / float, plus float32 per-block multipliers, all on the
+    weights' device (prepared once, at conversion)."""
+
+    kind: int  # 0 float, 1 codes
+    data: torch.Tensor
+    mult: Optional[torch.Tensor]  # [E, N, K/B] float32 (ieee)
+    mult_bf16: Optional[torch.Tensor]  # multipliers for precision "bf16" (nvfp4: raw E4M3 s)
+    post_bf16: Optional[torch.Tensor]  # [E] float32 applied after the dot in "bf16" (nvfp4: 1/gs)
+    fmt: Optional[str]
+    E: int
+    N: int
+    K: int
+
+    @classmethod
+    def from_quantized(cls, q: hf.QuantizedTensor, gscale: Optional[torch.Tensor]) -> "FusedWeights":
+        spec = q.spec
+        E, N, K = q.codes.shape
+        if spec.is_mx:
+            mult = hf.block_scale_values(q).contiguous()
+            mult_bf16, post = mult, None
+        else:
+            if gscale is None:
+                raise ValueError("nvfp4 fused weights need the per-expert global scale")
+            gs = gscale.to(device=q.codes.device, dtype=torch.float32).reshape(-1)
+            qq = hf.QuantizedTensor(q.codes, q.scales, gs.reshape(-1, 1), "nvfp4")
+            mult = hf.block_scale_values(qq).contiguous()  # fl32(s / gs[e])
+            from harness.formats import scales as _scales  # noqa: PLC0415
+
+            mult_bf16 = _scales.e4m3_decode(q.scales).contiguous()  # s
+            post = (1.0 / gs).contiguous()
+        data = hf.pack_fp4(q.codes) if spec.is_fp4 else q.codes.contiguous()
+        return cls(1, data.contiguous(), mult, mult_bf16, post, spec.name, E, N, K)
+
+    @classmethod
+    def from_float(cls, w: torch.Tensor) -> "FusedWeights":
+        E, N, K = w.shape
+        return cls(0, w.contiguous(), None, None, None, None, E, N, K)
+
+    @property
+    def device(self):
+        return self.data.device
+
+
+def resolve_precision(precision: str, scheme, device=None) -> str:
+    """"auto": "ieee" on CPU (interpreter) and for schemes whose activations
+    are not exact in bf16 (fp8 per-tensor); "bf16" on GPU otherwise."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown fused precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    if precision != "auto":
+        return precision
+    if device is None or torch.device(device).type != "cuda":
+        return "ieee"
+    return "ieee" if scheme.act_fmt == "fp8" else "bf16"
+
+
+def _block_m(num_rows: int, num_experts: int) -> int:
+    per_expert = max(1, num_rows // max(1, num_experts))
+    for bm in (16, 32, 64):
+        if per_expert <= bm:
+            return bm
+    return 128
+
+
+def sort_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
+    """Stable sort of pair ids by expert, each expert padded to block_m rows.
+    Returns (rows [nb*block_m] int64, block_expert [nb] int32); fixed sizes,
+    no host sync (nb = ceil(P / block_m) + E is an upper bound)."""
+    P = ids.shape[0]
+    dev = ids.device
+    nb = (P + block_m - 1) // block_m + num_experts
+    sorted_e, perm = torch.sort(ids, stable=True)
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=dev).scatter_add_(0, ids, torch.ones_like(ids))
+    padded = (counts + block_m - 1) // block_m * block_m
+    pad_end = torch.cumsum(padded, 0)
+    pad_start = pad_end - padded
+    start = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(P, device=dev, dtype=torch.int64)
+    dest = pad_start[sorted_e] + (pos - start[sorted_e])
+    rows = torch.full((nb * block_m,), -1, dtype=torch.int64, device=dev)
+    rows.scatter_(0, dest, perm)
+    bstart = torch.arange(nb, device=dev, dtype=torch.int64) * block_m
+    be = torch.searchsorted(pad_end, bstart, right=True)
+    block_expert = torch.where(be < num_experts, be, -1).to(torch.int32)
+    return rows, block_expert
+
+
+def _fmt_constexprs(fw: FusedWeights) -> dict:
+    if fw.kind == 0:
+        return dict(PACKED=False, WIDTH=8, EBITS=4, MBITS=3, BIAS=7, IS_FN=False, QBLOCK=32)
+    spec = hf.get_format(fw.fmt)
+    el = spec.element
+    return dict(PACKED=spec.is_fp4, WIDTH=el.width, EBITS=el.ebits, MBITS=el.mbits, BIAS=el.bias,
+                IS_FN=el.specials == "fn", QBLOCK=spec.block_size)
+
+
+def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
+             a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None) -> torch.Tensor:
+    """x [P, K] float32 (pair rows), ids [P] int64 expert of each row -> [P, N]
+    float32 = x[p] @ W[ids[p]].T with the fused dequant. precision "bf16" with
+    nvfp4 needs a_gscale (the encode-side global scale x was QDQ'd with)."""
+    if precision not in ("ieee", "bf16"):
+        raise ValueError(f"precision must be 'ieee' or 'bf16' here, got {precision!r}")
+    P, K = x.shape
+    if K != fw.K:
+        raise ValueError(f"x has K={K}, weights K={fw.K}")
+    out = torch.empty(P, fw.N, dtype=torch.float32, device=x.device)
+    if P == 0:
+        return out
+    bf16 = precision == "bf16"
+    mult, post = (fw.mult_bf16, fw.post_bf16) if bf16 else (fw.mult, None)
+    xk = x.to(torch.float32)
+    if bf16 and post is not None:  # nvfp4: x * gs_a is exactly e2m1 * s in bf16
+        if a_gscale is None:
+            raise ValueError("nvfp4 fused GEMM in bf16 needs a_gscale")
+        g = a_gscale.to(device=x.device, dtype=torch.float32).reshape(())
+        xk = xk * g
+        post = post * (1.0 / g)
+    if bf16:
+        xk = xk.to(torch.bfloat16)
+    xk = xk.contiguous()
+    bm = block_m or _block_m(P, fw.E)
+    rows, block_expert = sort_pairs(ids.to(torch.int64), fw.E, bm)
+    interpret = x.device.type != "cuda"
+    BN, BK = (128, 64) if not interpret else (16, 32)
+    if interpret:
+        BN, BK = 16, 32
+    grid = (block_expert.shape[0], triton.cdiv(fw.N, BN))
+    dummy = out
+    _kernel(interpret)[grid](
+        xk, rows, block_expert, fw.data, mult if mult is not None else dummy, post if post is not None else dummy,
+        out, fw.N, K, xk.stride(0), out.stride(0),
+        fw.data.stride(0), fw.data.stride(1), mult.stride(0) if mult is not None else 0,
+        mult.stride(1) if mult is not None else 0,
+        KIND=fw.kind, BF16=bf16, HAS_POST=post is not None, DEQUANT_ONLY=False,
+        BLOCK_M=bm, BLOCK_N=BN, BLOCK_K=BK, **_fmt_constexprs(fw), num_warps=4 if bm <= 32 else 8,
+        **({} if interpret else {"num_stages": 3}),
+    )
+    return out
+
+
+def fused_dequantize(fw: FusedWeights) -> torch.Tensor:
+    """The kernel's dequant path alone: [E, N, K] float32 (bit-exact contract)."""
+    out = torch.empty(fw.E, fw.N, fw.K, dtype=torch.float32, device=fw.device)
+    interpret = fw.device.type != "cuda"
+    BN, BK = 16, 32
+    grid = (fw.E, triton.cdiv(fw.N, BN))
+    if fw.kind == 1 and fw.fmt is not None:
+        BK = max(BK, hf.get_format(fw.fmt).block_size)
+    mult = fw.mult if fw.mult is not None else out
+    _kernel(interpret)[grid](
+        out, out, out, fw.data, mult, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
+        fw.data.stride(0), fw.data.stride(1), mult.stride(0) if fw.mult is not None else 0,
+        mult.stride(1) if fw.mult is not None else 0,
+        KIND=fw.kind, BF16=False, HAS_POST=False, DEQUANT_ONLY=True,
+        BLOCK_M=16, BLOCK_N=BN, BLOCK_K=BK, **_fmt_constexprs(fw),
+    )
+    return out
+
+
+def c_prec(scheme, precision: str) -> float:
+    """The c_prec term of contract (2) for a scheme and a resolved precision."""
+    if precision == "ieee":
+        return 0.0
+    exact = scheme.act_fmt is not None and scheme.act_fmt != "fp8" and not scheme.is_nvfp4
+    return 0.0 if exact else 2.0 ** -7
+
+
+def gemm_error_bound(x: torch.Tensor, ids: torch.Tensor, w_deq: torch.Tensor, *, c: float = 0.0) -> torch.Tensor:
+    """Right-hand side of contract (2): (2*gamma_K + c) * (|x| @ |W[e]|^T) per
+    output element, [P, N] float64. w_deq: the dequantized weights [E, N, K];
+    c: `c_prec(scheme, precision)`."""
+    K = x.shape[1]
+    gamma = K * U / (1 - K * U)
+    ax = x.abs().to(torch.float64)
+    aw = w_deq.abs().to(torch.float64)[ids]  # [P, N, K]
+    mag = torch.einsum("pk,pnk->pn", ax, aw)
+    return (2 * gamma + c) * mag

@@ -1,0 +1,124 @@
+"""Element-wise quantization ops the MoE layer uses, routed to harness.kernels
+when it is importable (Triton on GPU, its own torch path elsewhere), else to
+the harness.formats reference.
+
+The "torch" path here is the reference math of harness.formats (same
+functions, same operation order, bit-identical) minus the host-side value
+check of the global scale, so it can run inside CUDA-graph capture and
+torch.compile(fullgraph=True). Lookup tables must have been put on the device
+beforehand (see `prepare_device`), never during forward.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+import harness.formats as hf
+from harness.formats import minifloat as _minifloat
+from harness.formats import quant as _quant
+from harness.formats import scales as _scales
+
+BACKENDS = ("auto", "triton", "torch")
+
+
+@functools.lru_cache(maxsize=None)
+def kernels_module():
+    """harness.kernels if it provides the dispatch API, else None."""
+    try:
+        import harness.kernels as hk  # noqa: PLC0415
+    except Exception:  # not written yet / broken import: fall back to the reference
+        return None
+    return hk if all(hasattr(hk, n) for n in ("qdq", "dequantize_weights")) else None
+
+
+def _use_kernels(backend: str, device: torch.device) -> bool:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown op backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if backend == "torch":
+        return False
+    hk = kernels_module()
+    if hk is None:
+        if backend == "triton":
+            raise ValueError("backend='triton' requested but harness.kernels is not available")
+        return False
+    # "auto" on CPU: the Triton interpreter is far too slow for whole layers.
+    return backend == "triton" or device.type == "cuda"
+
+
+def prepare_device(device) -> None:
+    """Move every decode table to `device` now (conversion time), so no
+    host->device copy happens during forward or CUDA graph capture."""
+    device = torch.device(device)
+    for spec in hf.FORMATS.values():
+        _minifloat.decode_lut(spec.element, device)
+    _minifloat.decode_lut(hf.E4M3, device)
+    _scales._tables(device)
+
+
+def _gs_tensor(gs, device):
+    if isinstance(gs, torch.Tensor):
+        return gs.to(device=device, dtype=torch.float32)
+    return torch.tensor(float(gs), dtype=torch.float32, device=device)
+
+
+def _torch_qdq(x: torch.Tensor, fmt: str, scale_mode: str, rounding: str, global_scale) -> torch.Tensor:
+    spec = hf.get_format(fmt)
+    if x.shape[-1] % spec.block_size:
+        raise ValueError(f"{fmt}: last dimension {x.shape[-1]} is not a multiple of block {spec.block_size}")
+    xb = _quant._blocks(x, spec.block_size)
+    if spec.is_mx:
+        codes, byte = _quant._quantize_mx(xb, spec, scale_mode, rounding)
+        gs_t = None
+    else:
+        gs_t = _gs_tensor(global_scale, x.device)
+        gsb = _quant._global_scale_blocks(gs_t, x.shape[:-1], x.device)
+        codes, byte = _quant._quantize_nvfp4(xb, spec, gsb, rounding)
+    q = hf.QuantizedTensor(codes.reshape(x.shape), byte, gs_t, spec.name, scale_mode, rounding, x.dtype)
+    return hf.dequantize(q, x.dtype)
+
+
+def qdq(x: torch.Tensor, fmt: str, *, scale_mode: str = "floor", rounding: str = "rne",
+        global_scale=None, backend: str = "auto") -> torch.Tensor:
+    """Quantize-dequantize x [..., K] (same dtype/shape)."""
+    if _use_kernels(backend, x.device):
+        return kernels_module().qdq(x, fmt, scale_mode=scale_mode, rounding=rounding,
+                                    global_scale=global_scale, backend="triton" if backend == "triton" else "auto")
+    if not hf.get_format(fmt).is_mx and global_scale is None:
+        raise ValueError("nvfp4 QDQ needs a global scale")
+    return _torch_qdq(x, fmt, scale_mode, rounding, global_scale)
+
+
+def e4m3_qdq_per_tensor(x: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:
+    """Per-tensor FP8 E4M3FN QDQ with a DECODE-side scale s (x ~= q * s):
+    q = e4m3_rne(clamp(x / s, -448, 448)), out = q * s (float32 math).
+    scale None -> dynamic s = amax(|x|) / 448 (1.0 for an all-zero x),
+    computed on the device (no host sync)."""
+    xf = x.to(torch.float32)
+    if scale is None:
+        amax = xf.abs().amax() if xf.numel() else torch.zeros((), device=x.device)
+        s = torch.where(amax > 0, amax / hf.E4M3.max_normal, torch.ones_like(amax))
+    else:
+        s = scale.to(device=x.device, dtype=torch.float32).reshape(())
+    y = torch.clamp(xf / s, -hf.E4M3.max_normal, hf.E4M3.max_normal)
+    q = _scales.e4m3_decode(_scales.e4m3_encode(y))
+    return (q * s).to(x.dtype)
+
+
+def dequantize_expert_weights(q: hf.QuantizedTensor, gscale: Optional[torch.Tensor], *,
+                              backend: str = "auto") -> torch.Tensor:
+    """[E, N, K] codes + block scales (+ per-expert encode-side global scale
+    [E] for nvfp4) -> float32 weights, bit-identical to hf.dequantize:
+    MX: decode(code) * 2^(byte-127); nvfp4: decode(code) * fl32(s / gs[e])."""
+    spec = hf.get_format(q.fmt)
+    if _use_kernels(backend, q.codes.device):
+        return kernels_module().dequantize_weights(q.codes, q.scales, gscale if not spec.is_mx else None,
+                                                   spec.name, torch.float32)
+    gs = None
+    if not spec.is_mx:
+        if gscale is None:
+            raise ValueError("nvfp4 weights need their per-expert global scale")
+        gs = gscale.to(torch.float32).reshape(-1, 1)
+    qq = hf.QuantizedTensor(q.codes, q.scales, gs, spec.name, q.scale_mode, q.rounding, torch.float32)
+    return hf.dequantize(qq, torch.float32)

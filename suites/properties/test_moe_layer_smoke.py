@@ -1,0 +1,127 @@
+"""Quick smoke tests of harness.moe (the layer author's own; the property
+suites and regression tests live elsewhere). Tiny shapes, < 20 s."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import harness.formats as hf
+import harness.moe as hm
+from harness.moe import quantize_input
+
+E, H, I, T, K = 4, 64, 32, 6, 2
+
+
+@pytest.fixture(scope="module")
+def problem():
+    g = torch.Generator().manual_seed(1)
+    w13 = torch.randn(E, 2 * I, H, generator=g) * 0.1
+    w2 = torch.randn(E, H, I, generator=g) * 0.1
+    x = torch.randn(T, H, generator=g)
+    lg = torch.randn(T, E, generator=g)
+    a1, a2 = hm.calibrate_activation_scales(w13, w2, x, lg, top_k=K)
+    return w13, w2, x, lg, a1, a2
+
+
+@pytest.mark.parametrize("scheme", hm.SCHEME_NAMES + ("bf16",))
+def test_every_scheme_runs_and_counts_qdq(problem, scheme, monkeypatch):
+    w13, w2, x, lg, a1, a2 = problem
+    moe = hm.build_emulated_moe(scheme, w13, w2, top_k=K, a1_gscale=a1, a2_gscale=a2)
+    calls = []
+    real = quantize_input.moe_kernel_quantize_input
+    monkeypatch.setattr(quantize_input, "moe_kernel_quantize_input",
+                        lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
+    y = moe(x.to(torch.bfloat16), lg)
+    assert y.shape == (T, H) and y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+    s = hm.get_scheme(scheme)
+    assert calls == ([] if s.act_fmt is None else [s.quant_dtype] * 2)
+    assert moe(x[:0], lg[:0]).shape == (0, H)
+
+
+def test_routing_ties_and_scoring():
+    lg = torch.zeros(3, 5)
+    w, ids = hm.route(lg, 2)
+    assert ids.dtype == torch.int64 and w.dtype == torch.float32
+    assert ids.tolist() == [[0, 1]] * 3
+    lg = torch.tensor([[1.0, 3.0, 3.0, 0.0]])
+    assert hm.route(lg, 2, scoring="sigmoid")[1].tolist() == [[1, 2]]
+    w, _ = hm.route(torch.randn(4, 8), 3, renormalize=True)
+    torch.testing.assert_close(w.sum(-1), torch.ones(4))
+    w, ids = hm.route(torch.randn(0, 8), 2)
+    assert w.shape == (0, 2) and ids.shape == (0, 2)
+
+
+def test_dispatcher_refuses_unknown_and_missing_scale():
+    x = torch.randn(2, 32)
+    with pytest.raises(ValueError):
+        hm.moe_kernel_quantize_input(x, None, "mxfp6")
+    with pytest.raises(ValueError):
+        hm.moe_kernel_quantize_input(x, None, "nvfp4")
+    assert hm.moe_kernel_quantize_input(x, None, None)[0] is x
+    y, s = hm.moe_kernel_quantize_input(x, torch.tensor(100.0), "nvfp4")
+    assert s is None and torch.equal(y, hf.qdq(x, "nvfp4", global_scale=torch.tensor(100.0)))
+    assert torch.equal(hm.moe_kernel_quantize_input(x, None, "mxfp4")[0], hf.qdq(x, "mxfp4", scale_mode="even"))
+
+
+def test_shared_config_not_mutated(problem):
+    w13, w2, x, lg, a1, a2 = problem
+    qc = hm.build_quant_config("nvfp4", w13, w2, a1_gscale=a1, a2_gscale=a2)
+    before = dict(vars(qc))
+    e1, e2 = hm.make_experts(qc), hm.make_experts(qc)
+    assert all(vars(qc)[k] is v for k, v in before.items())
+    w, ids = hm.route(lg, K)
+    assert torch.equal(e1.apply(x, w, ids), e2.apply(x, w, ids))
+
+
+@pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp8"])
+@pytest.mark.parametrize("backend", list(hm.MoEBackend))
+def test_create_and_convert_every_branch(scheme, backend):
+    layer = hm.create_moe_weights(torch.nn.Module(), scheme, E, H, I, backend)
+    assert hasattr(layer, "w13_weight_scale") and hasattr(layer, "w2_weight_scale")
+    assert not hasattr(layer, "weight")
+    out = hm.convert_layer_weights(layer, scheme, backend)
+    assert out["quant_config"].device == layer.w13_weight.device
+    assert (out["kernel_weights"] is not None) == (backend is hm.MoEBackend.TRITON_FUSED)
+
+
+def test_modelopt_and_compressed_tensors_agree(problem):
+    w13, w2, *_ = problem
+    q13, g13 = hm.quantize_expert_weights(w13, "nvfp4")
+    q2, g2 = hm.quantize_expert_weights(w2, "nvfp4")
+    f8 = torch.float8_e4m3fn
+    mo = hm.load_modelopt_nvfp4({
+        "w13_weight": hf.pack_fp4(q13.codes), "w13_weight_scale": q13.scales.view(f8), "w13_weight_scale_2": 1 / g13,
+        "w2_weight": hf.pack_fp4(q2.codes), "w2_weight_scale": q2.scales.view(f8), "w2_weight_scale_2": 1 / g2})
+    ct = hm.load_compressed_tensors_nvfp4({
+        "w13_weight_packed": hf.pack_fp4(q13.codes), "w13_weight_scale": q13.scales.view(f8),
+        "w13_weight_global_scale": g13, "w2_weight_packed": hf.pack_fp4(q2.codes),
+        "w2_weight_scale": q2.scales.view(f8), "w2_weight_global_scale": g2})
+    d_mo = hm.make_experts(mo).dequantize_weights()
+    d_ct = hm.make_experts(ct).dequantize_weights()
+    # 1/(1/g) may differ from g in the last bit: compare to the float tolerance
+    for a, b in zip(d_mo, d_ct):
+        torch.testing.assert_close(a, b, rtol=2e-7, atol=0)
+    assert torch.equal(mo.w13_q.codes, q13.codes)
+
+
+def test_fused_dequant_bitwise_and_gemm_bound(problem):
+    w13, w2, x, lg, a1, a2 = problem
+    for scheme in ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp6_e3m2_a_mxfp6_e3m2"):
+        q, g = hm.quantize_expert_weights(w13, scheme)
+        fw = hm.fused.FusedWeights.from_quantized(q, g)
+        deq = hm.ops.dequantize_expert_weights(q, g, backend="torch")
+        assert torch.equal(hm.fused.fused_dequantize(fw).view(torch.int32), deq.view(torch.int32))
+        _, ids = hm.route(lg, K)
+        ids = ids.reshape(-1)
+        xs = x.repeat_interleave(K, 0)
+        yf = hm.fused.moe_gemm(xs, ids, fw)
+        yu = hm.experts._grouped_gemm_unfused(xs, ids, deq)
+        bound = hm.fused.gemm_error_bound(xs, ids, deq)
+        assert ((yf - yu).abs().double() <= bound).all()
+
+
+def test_fused_layer_close_to_unfused(problem):
+    w13, w2, x, lg, a1, a2 = problem
+    yu = hm.build_emulated_moe("w_mxfp4_a_mxfp4", w13, w2, top_k=K)(x, lg)
+    yf = hm.build_emulated_moe("w_mxfp4_a_mxfp4", w13, w2, top_k=K, backend="fused")(x, lg)
+    torch.testing.assert_close(yf, yu, rtol=1e-5, atol=1e-5)
