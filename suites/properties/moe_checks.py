@@ -1,0 +1,883 @@
+"""Generic MoE property checks, shared by the property suites (test_moe_*.py)
+and the regression tests (suites/regressions/), which inject a historical bug
+and assert that the SAME check detects it.
+
+Every check raises AssertionError (with a readable message) when the property
+fails and returns a small dict of measurements when it holds.
+
+Tolerance against the float64 reference (`output_tolerance`)
+-------------------------------------------------------------
+u = 2^-24 (float32 unit roundoff), gamma_n = n u / (1 - n u).
+
+1. QDQ #1 (a1): the layer and the reference quantize the SAME float32 tensor
+   (hidden.float()) with the same spec, and the dequantized expert weights are
+   the same float32 values (both bit-identical to hf.dequantize by contract).
+   So the GEMM inputs agree exactly and contribute no error term.
+2. GEMM1 in float32 (any summation order): |h_L - h| <= dh = gamma_H |a1| |W13_e|^T
+   (standard dot-product bound, products rounded too).
+3. Activation in float32: silu(x) = x sigmoid(x) and x sigmoid(1.702 x) have
+   |d/dx| <= 1.1; clamps are 1-Lipschitz; their float32 evaluation adds <= c u
+   relative (c = 8 silu, 12 swiglu). With s = act(gate):
+   dg = (1.1 dgate + c u (|s| + 1.1 dgate)) (|up'| + dup) + |s| dup + 2u|g|,
+   then x2 (second-order terms) + u|g| (the reference itself feeds fl32(g)).
+4. QDQ #2 (a2) is where float32-vs-float64 noise could be amplified: an input
+   within dg of a rounding boundary can flip an element code, and for NVFP4 a
+   block amax near an E4M3 boundary can flip the whole block's scale. Instead
+   of a loose "one code step everywhere" term, `qdq_interval` computes, per
+   element, the exact range of QDQ outputs over ALL inputs in [g - dg, g + dg]:
+   every block scale the block's amax range can produce (E8M0 byte, E4M3 code,
+   or fp8 per-tensor scale) and, per scale, the element QDQ at both ends (QDQ
+   with a fixed scale is monotone). Where no decision is ambiguous (nearly
+   always) the range is a single value and the term is 0; where one is, the
+   term is exactly the flip. da2 = max(hi - a2, a2 - lo).
+5. GEMM2: dy = |W2_e| da2 + gamma_I |W2_e| max(|lo|, |hi|).
+6. Routing weights (float32 softmax/sigmoid + renormalize): relative error
+   <= (2E + 2k + 16) u; weighted sum over k (float32): gamma_(k+1); output
+   cast to hidden's dtype: u_out |out|.
+   tol = 2 * (sum_j |w_j| dy_j + dw_j (|y_j| + dy_j) + gamma_(k+1) sum_j (|w_j| + dw_j)(|y_j| + dy_j) + u_out |out|) + 2^-140
+
+Routing itself is compared exactly (same expert ids): the problem strategy
+never draws near-ties (see moe_problems), so float32 and float64 scores order
+experts identically, and exact ties go to the lowest index in both.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import inspect
+import math
+import os
+from typing import Optional
+
+import torch
+
+import harness.formats as hf
+from harness.formats import minifloat, scales
+from harness.moe import reference as ref
+
+F32, F64 = torch.float32, torch.float64
+U = 2.0**-24
+_ONE_SIXTH = torch.tensor(1.0 / 6.0, dtype=F32).item()
+
+
+def gamma(n: int) -> float:
+    return n * U / (1 - n * U)
+
+
+def hm():
+    import harness.moe as _hm
+
+    return _hm
+
+
+def quantize_input_module():
+    import harness.moe.quantize_input as qi
+
+    return qi
+
+
+# =========================================================================== problem -> layer
+@dataclasses.dataclass
+class Truth:
+    """Ground truth of a problem's quantized weights (before any loader)."""
+
+    w13_q: hf.QuantizedTensor
+    w2_q: hf.QuantizedTensor
+    w13_gscale: Optional[torch.Tensor]
+    w2_gscale: Optional[torch.Tensor]
+    a1_gscale: Optional[torch.Tensor] = None
+    a2_gscale: Optional[torch.Tensor] = None
+    a1_scale: Optional[torch.Tensor] = None
+    a2_scale: Optional[torch.Tensor] = None
+
+
+def _dense_intermediate(t, activation: str) -> torch.Tensor:
+    """float64 act(hidden @ w13[e].T) for every token and expert (calibration)."""
+    h = torch.einsum("th,enh->ten", t.hidden.double(), t.w13.double())
+    return ref.reference_activation(h, activation)
+
+
+def truth_of(problem, t) -> Truth:
+    scheme = ref.resolve_scheme(problem.scheme)
+    if scheme.weight_fmt == "nvfp4":
+        def qz(w):
+            gs = hf.nvfp4_global_scale(w.abs().amax(dim=(1, 2)))
+            return hf.quantize(w, "nvfp4", global_scale=gs.reshape(-1, 1)), gs
+        w13_q, gs13 = qz(t.w13)
+        w2_q, gs2 = qz(t.w2)
+    else:
+        w13_q = hf.quantize(t.w13, scheme.weight_fmt, scale_mode=scheme.scale_mode)
+        w2_q = hf.quantize(t.w2, scheme.weight_fmt, scale_mode=scheme.scale_mode)
+        gs13 = gs2 = None
+    tr = Truth(w13_q, w2_q, gs13, gs2)
+    if scheme.act_fmt in ("nvfp4", "fp8") and problem.act_scale:
+        a1max = t.hidden.abs().amax().double() if t.hidden.numel() else torch.zeros((), dtype=F64)
+        g = _dense_intermediate(t, problem.activation)
+        a2max = g.abs().amax() if g.numel() else torch.zeros((), dtype=F64)
+        if scheme.act_fmt == "nvfp4":
+            def gsc(a):
+                return (2688.0 / a * problem.act_scale if a > 0 else torch.ones((), dtype=F64)).to(F32)
+            tr.a1_gscale, tr.a2_gscale = gsc(a1max), gsc(a2max)
+        else:
+            def dsc(a):
+                return (a / 448.0 / problem.act_scale if a > 0 else torch.ones((), dtype=F64)).to(F32)
+            tr.a1_scale, tr.a2_scale = dsc(a1max), dsc(a2max)
+    return tr
+
+
+def checkpoint_tensors(problem, t, truth: Truth) -> dict:
+    """The problem's weights as a checkpoint dict in the problem's convention."""
+    scheme = ref.resolve_scheme(problem.scheme)
+    spec = hf.FORMATS[scheme.weight_fmt]
+
+    def codes(q):
+        return hf.pack_fp4(q.codes) if spec.is_fp4 else q.codes
+
+    d = {"w13_weight": codes(truth.w13_q), "w2_weight": codes(truth.w2_q)}
+    if scheme.weight_fmt != "nvfp4":
+        d["w13_weight_scale"], d["w2_weight_scale"] = truth.w13_q.scales, truth.w2_q.scales
+        return d
+    d["w13_weight_scale"] = truth.w13_q.scales.view(torch.float8_e4m3fn)
+    d["w2_weight_scale"] = truth.w2_q.scales.view(torch.float8_e4m3fn)
+    E = truth.w13_gscale.shape[0]
+    # Per-expert input scales whose max (decode side) / min (encode side) is the truth.
+    spread = torch.linspace(0.5, 1.0, E, dtype=F64)[torch.randperm(E, generator=torch.Generator().manual_seed(problem.seed))]
+    if problem.ckpt == "modelopt":
+        d["w13_weight_scale_2"] = (1.0 / truth.w13_gscale.double()).to(F32)
+        d["w2_weight_scale_2"] = (1.0 / truth.w2_gscale.double()).to(F32)
+        if truth.a1_gscale is not None:
+            d["w13_input_scale"] = (spread / truth.a1_gscale.double()).to(F32)
+            d["w2_input_scale"] = (spread / truth.a2_gscale.double()).to(F32)
+    elif problem.ckpt == "compressed_tensors":
+        d["w13_weight_packed"] = d.pop("w13_weight")
+        d["w2_weight_packed"] = d.pop("w2_weight")
+        d["w13_weight_global_scale"] = truth.w13_gscale
+        d["w2_weight_global_scale"] = truth.w2_gscale
+        if truth.a1_gscale is not None:
+            d["w13_input_global_scale"] = (truth.a1_gscale.double() / spread).to(F32)
+            d["w2_input_global_scale"] = (truth.a2_gscale.double() / spread).to(F32)
+    else:
+        raise ValueError(f"unknown nvfp4 checkpoint convention {problem.ckpt!r}")
+    return d
+
+
+def load_config(problem, t, truth: Optional[Truth] = None):
+    """MoEQuantConfig through the checkpoint loader of the problem's convention."""
+    truth = truth or truth_of(problem, t)
+    d = checkpoint_tensors(problem, t, truth)
+    scheme = ref.resolve_scheme(problem.scheme)
+    if scheme.weight_fmt == "nvfp4":
+        loader = hm().load_modelopt_nvfp4 if problem.ckpt == "modelopt" else hm().load_compressed_tensors_nvfp4
+        cfg = loader(d)
+    else:
+        cfg = hm().load_ocp_mx(d, scheme=scheme.name)
+        if truth.a1_scale is not None:
+            cfg = dataclasses.replace(cfg, a1_scale=truth.a1_scale, a2_scale=truth.a2_scale)
+    return cfg
+
+
+def make_moe(problem, cfg, backend: str = "unfused", **kw):
+    return hm().FusedMoE(hm().make_experts(cfg, backend=backend, **kw), top_k=problem.top_k,
+                         renormalize=problem.renormalize, scoring=problem.scoring, activation=problem.activation)
+
+
+def setup(problem, backend: str = "unfused"):
+    """(tensors, truth, cfg, moe) for a problem."""
+    t = problem.tensors()
+    truth = truth_of(problem, t)
+    cfg = load_config(problem, t, truth)
+    return t, truth, cfg, make_moe(problem, cfg, backend)
+
+
+def run(moe, t) -> torch.Tensor:
+    with torch.no_grad():
+        return moe(t.hidden, t.router_logits)
+
+
+# =========================================================================== reference + tolerance
+def _f32_down(v: torch.Tensor) -> torch.Tensor:
+    f = v.to(F32)
+    return torch.where(f.double() > v, torch.nextafter(f, torch.full_like(f, -math.inf)), f)
+
+
+def _f32_up(v: torch.Tensor) -> torch.Tensor:
+    f = v.to(F32)
+    return torch.where(f.double() < v, torch.nextafter(f, torch.full_like(f, math.inf)), f)
+
+
+_MAX_CANDIDATES = 4
+
+
+def _mx_interval(c, d, spec, mode):
+    P, K = c.shape
+    B = spec.block_size
+    cb, db = c.reshape(P, K // B, B), d.reshape(P, K // B, B)
+    lo_in, hi_in = _f32_down(cb - db), _f32_up(cb + db)
+    amax_lo = _f32_down(torch.clamp(cb.abs() - db, min=0)).amax(-1)
+    amax_hi = _f32_up(cb.abs() + db).amax(-1)
+    b_lo = scales.mx_scale_byte(amax_lo, spec, mode).long()
+    b_hi = scales.mx_scale_byte(amax_hi, spec, mode).long()
+    lo = torch.full_like(cb, math.inf, dtype=F32)
+    hi = torch.full_like(cb, -math.inf, dtype=F32)
+    for i in range(_MAX_CANDIDATES):
+        b = torch.minimum(b_lo + i, b_hi)
+        sc, inv = scales.e8m0_to_float(b).unsqueeze(-1), scales.e8m0_inverse(b).unsqueeze(-1)
+        for v in (lo_in, hi_in):
+            q = minifloat.decode(spec.element, minifloat.encode(spec.element, v * inv, "rne")) * sc
+            lo, hi = torch.minimum(lo, q), torch.maximum(hi, q)
+    coarse = (b_hi - b_lo >= _MAX_CANDIDATES).unsqueeze(-1)
+    m = (scales.e8m0_to_float(b_hi) * spec.max_normal).unsqueeze(-1).expand_as(lo)
+    lo, hi = torch.where(coarse, -m, lo), torch.where(coarse, m, hi)
+    return lo.reshape(P, K).double(), hi.reshape(P, K).double()
+
+
+def _nvfp4_interval(c, d, gs):
+    spec = hf.FORMATS["nvfp4"]
+    P, K = c.shape
+    B = spec.block_size
+    gs = torch.as_tensor(gs).to(F32).reshape(())
+    cb, db = c.reshape(P, K // B, B), d.reshape(P, K // B, B)
+    lo_in, hi_in = _f32_down(cb - db), _f32_up(cb + db)
+    amax_lo = _f32_down(torch.clamp(cb.abs() - db, min=0)).amax(-1, keepdim=True)
+    amax_hi = _f32_up(cb.abs() + db).amax(-1, keepdim=True)
+
+    def scode(a):
+        return scales.e4m3_encode(torch.clamp(gs * (a * _ONE_SIXTH), -448.0, 448.0)).long()
+
+    c_lo, c_hi = scode(amax_lo), scode(amax_hi)
+    lo = torch.full_like(cb, math.inf, dtype=F32)
+    hi = torch.full_like(cb, -math.inf, dtype=F32)
+    for i in range(_MAX_CANDIDATES):
+        code = torch.minimum(c_lo + i, c_hi)
+        s = scales.e4m3_decode(code.to(torch.uint8))
+        r = gs / s
+        for v in (lo_in, hi_in):
+            y = torch.clamp(v * r, -6.0, 6.0)
+            q = minifloat.decode(spec.element, minifloat.encode(spec.element, y, "rne")) * (s / gs)
+            q = torch.where(s == 0, torch.zeros_like(q), q)
+            lo, hi = torch.minimum(lo, q), torch.maximum(hi, q)
+    coarse = c_hi - c_lo >= _MAX_CANDIDATES
+    m = (6.0 * scales.e4m3_decode(c_hi.to(torch.uint8)) / gs).expand_as(lo)
+    lo, hi = torch.where(coarse, -m, lo), torch.where(coarse, m, hi)
+    return lo.reshape(P, K).double(), hi.reshape(P, K).double()
+
+
+def _fp8_interval(c, d, scale):
+    el = hf.FORMATS["mxfp8_e4m3"].element
+    lo_in, hi_in = _f32_down(c - d), _f32_up(c + d)
+    if scale is not None:
+        cands = [torch.as_tensor(scale).to(F32).reshape(())]
+    elif c.numel() == 0:
+        return c.clone(), c.clone()
+    else:
+        amax_lo = _f32_down(torch.clamp(c.abs() - d, min=0)).amax()
+        amax_hi = _f32_up(c.abs() + d).amax()
+        s_lo = torch.where(amax_lo > 0, amax_lo / 448.0, torch.ones_like(amax_lo))
+        s_hi = torch.where(amax_hi > 0, amax_hi / 448.0, torch.ones_like(amax_hi))
+        s_lo, s_hi = torch.minimum(s_lo, s_hi), torch.maximum(s_lo, s_hi)
+        cands, s = [], s_lo
+        while bool(s <= s_hi) and len(cands) <= 8:
+            cands.append(s)
+            s = torch.nextafter(s, torch.tensor(math.inf))
+        if len(cands) > 8:  # coarse: the e4m3 half step (2^-4 relative, 2^-10 s subnormal)
+            err = lo_in.abs().maximum(hi_in.abs()).double() * 2.0**-4 + 2.0**-10 * float(s_hi)
+            return lo_in.double() - err, hi_in.double() + err
+    lo = torch.full_like(c, math.inf, dtype=F32)
+    hi = torch.full_like(c, -math.inf, dtype=F32)
+    for s in cands:
+        for v in (lo_in, hi_in):
+            q = minifloat.decode(el, minifloat.encode(el, v / s, "rne")) * s
+            lo, hi = torch.minimum(lo, q), torch.maximum(hi, q)
+    return lo.double(), hi.double()
+
+
+def qdq_interval(center: torch.Tensor, delta: torch.Tensor, scheme, cfg, which: str = "a2"):
+    """[lo, hi] (float64) holding the QDQ output of EVERY float32 input within
+    `delta` of `center` (elementwise), under the scheme's activation format."""
+    scheme = ref.resolve_scheme(scheme)
+    act = scheme.act_fmt
+    if act is None:
+        return center - delta, center + delta
+    if center.numel() == 0:
+        return center.clone(), center.clone()
+    if act == "fp8" or scheme.quant_dtype == "fp8":
+        return _fp8_interval(center, delta, getattr(cfg, f"{which}_scale"))
+    spec = hf.FORMATS[act]
+    if spec.has_global_scale:
+        return _nvfp4_interval(center, delta, getattr(cfg, f"{which}_gscale"))
+    return _mx_interval(center, delta, spec, scheme.scale_mode)
+
+
+def _per_expert_abs_gemm(x_abs, rows_expert, w_abs):
+    """[P, N]: x_abs[p] @ w_abs[e_p].T grouped by expert."""
+    P = x_abs.shape[0]
+    out = torch.zeros(P, w_abs.shape[1], dtype=F64)
+    for e in range(w_abs.shape[0]):
+        rows = (rows_expert == e).nonzero(as_tuple=True)[0]
+        if rows.numel():
+            out[rows] = x_abs[rows] @ w_abs[e].T
+    return out
+
+
+def output_tolerance(trace: ref.ReferenceTrace, problem, cfg, out_dtype=F32) -> torch.Tensor:
+    """Elementwise tolerance [T, H] of |layer - reference| (module docstring)."""
+    T, k = trace.ids.shape
+    E, I2, H = trace.w13.shape
+    I = I2 // 2
+    P = T * k
+    if P == 0:
+        return torch.zeros(T, H, dtype=F64)
+    tok = torch.arange(T).repeat_interleave(k)
+    e_of = trace.ids.reshape(P)
+    dh = gamma(H) * _per_expert_abs_gemm(trace.a1.abs()[tok], e_of, trace.w13.abs())
+    gate, up = trace.h[:, :I], trace.h[:, I:]
+    dgate, dup = dh[:, :I], dh[:, I:]
+    if problem.activation == "silu":
+        s = gate * torch.sigmoid(gate)
+        upm, c = up.abs() + dup, 8
+    else:
+        gc = torch.clamp(gate, max=ref.SWIGLU_LIMIT)
+        s = gc * torch.sigmoid(ref.SWIGLU_ALPHA * gc)
+        upm, c = (torch.clamp(up, -ref.SWIGLU_LIMIT, ref.SWIGLU_LIMIT) + 1).abs() + dup, 12
+    ds = 1.1 * dgate + c * U * (s.abs() + 1.1 * dgate)
+    g = trace.g
+    dg = 2 * (ds * upm + s.abs() * dup + 2 * U * g.abs()) + U * g.abs() + 2.0**-149
+    lo, hi = qdq_interval(g, dg, problem.scheme, cfg, "a2")
+    da2 = torch.maximum(hi - trace.a2, trace.a2 - lo)
+    a2m = torch.maximum(lo.abs(), hi.abs())
+    w2a = trace.w2.abs()
+    dy = _per_expert_abs_gemm(da2, e_of, w2a) + gamma(I) * _per_expert_abs_gemm(a2m, e_of, w2a)
+    w = trace.weights.abs().reshape(T, k, 1)
+    dw = (2 * E + 2 * k + 16) * U * w
+    ym = trace.y.abs().reshape(T, k, H) + dy.reshape(T, k, H)
+    bound = (w * dy.reshape(T, k, H) + dw * ym).sum(1) + gamma(k + 1) * ((w + dw) * ym).sum(1)
+    u_out = {F32: U, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}[out_dtype]
+    bound = bound + u_out * (trace.out.abs() + bound)
+    return 2 * bound + 2.0**-140
+
+
+def reference_trace(problem, t, cfg, **kw) -> ref.ReferenceTrace:
+    return ref.reference_moe_trace(t.hidden, t.router_logits, cfg, top_k=problem.top_k,
+                                   renormalize=problem.renormalize, scoring=problem.scoring,
+                                   activation=problem.activation, **kw)
+
+
+def _describe_mismatch(what, got, want, tol, bad):
+    idx = torch.nonzero(bad)[:4].tolist()
+    n = int(bad.sum())
+    ex = [(i, float(got[tuple(i)]), float(want[tuple(i)]), float(tol[tuple(i)])) for i in idx]
+    return f"{what}: {n} of {bad.numel()} elements outside tolerance; (index, layer, reference, tol): {ex}"
+
+
+def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None):
+    """Layer output within the derived tolerance of the float64 reference, and
+    the layer's routing equal to the reference routing."""
+    if t is None:
+        t, _, cfg, moe = setup(problem)
+    if out is None:
+        out = run(moe, t)
+    trace = reference_trace(problem, t, cfg)
+    T, H = t.hidden.shape
+    assert tuple(out.shape) == (T, H), f"output shape {tuple(out.shape)} != {(T, H)}"
+    assert out.dtype == t.hidden.dtype, f"output dtype {out.dtype} != hidden dtype {t.hidden.dtype}"
+    w32, ids = hm().route(t.router_logits, problem.top_k, scoring=problem.scoring, renormalize=problem.renormalize)
+    assert torch.equal(ids.cpu().long(), trace.ids), (
+        f"routing differs from the reference (ties to the lowest index):\n layer {ids.tolist()}\n ref   {trace.ids.tolist()}")
+    dw = (2 * problem.E + 2 * problem.top_k + 16) * U * trace.weights.abs() + 2.0**-140
+    assert bool(((w32.cpu().double() - trace.weights).abs() <= dw).all()), "routing weights differ from the reference"
+    tol = output_tolerance(trace, problem, cfg, out.dtype)
+    err = (out.detach().cpu().double() - trace.out).abs()
+    bad = ~(err <= tol)
+    if bool(bad.any()):
+        raise AssertionError(_describe_mismatch(f"layer vs float64 reference ({problem!r})", out.cpu(), trace.out, tol, bad))
+    ratio = float((err / tol).max()) if err.numel() else 0.0
+    return {"max_err_over_tol": ratio}
+
+
+# =========================================================================== fused vs unfused
+def fused_contract(experts) -> str:
+    """'bitwise' on CPU (the fused kernel accumulates in float32 in the same
+    per-element order as the unfused path, by its contract), else 'tolerance'."""
+    return "bitwise"
+
+
+def check_fused_equals_unfused(problem, t=None, cfg=None):
+    if t is None:
+        t, _, cfg, _ = setup(problem)
+    a = run(make_moe(problem, cfg, "unfused"), t)
+    b = run(make_moe(problem, cfg, "fused"), t)
+    from suites.properties._util import assert_bitwise_equal
+
+    if a.device.type == "cpu":
+        assert_bitwise_equal(b, a, f"fused vs unfused ({problem!r})")
+        return {"mode": "bitwise"}
+    trace = reference_trace(problem, t, cfg)
+    tol = output_tolerance(trace, problem, cfg, a.dtype) * 2
+    err = (a.double().cpu() - b.double().cpu()).abs()
+    assert bool((err <= tol).all()), f"fused vs unfused beyond 2x the reference tolerance ({problem!r})"
+    return {"mode": "tolerance"}
+
+
+# =========================================================================== QDQ call accounting
+@contextlib.contextmanager
+def record_act_qdq(monkeypatch=None, replace=None):
+    """Wrap harness.moe.quantize_input.moe_kernel_quantize_input; yields the
+    list of calls (shape, quant_dtype, input tensor, output tensor). With
+    `replace`, that function is called instead of the real one."""
+    qi = quantize_input_module()
+    orig = qi.moe_kernel_quantize_input
+    calls = []
+
+    def wrapper(A, A_scale, quant_dtype, *args, **kw):
+        res = (replace or orig)(A, A_scale, quant_dtype, *args, **kw)
+        calls.append({"shape": tuple(A.shape), "quant_dtype": quant_dtype, "input": A, "output": res[0]})
+        return res
+
+    qi.moe_kernel_quantize_input = wrapper
+    try:
+        yield calls
+    finally:
+        qi.moe_kernel_quantize_input = orig
+
+
+def check_single_quantization(problem, t=None, moe=None):
+    """Exactly one activation QDQ per GEMM input per forward (a1 over [T, H],
+    a2 over the [T*k, I] pairs), none of them re-quantizing an earlier output;
+    zero calls for weight-only schemes."""
+    if t is None:
+        t, _, _, moe = setup(problem)
+    scheme = ref.resolve_scheme(problem.scheme)
+    with record_act_qdq() as calls:
+        run(moe, t)
+    desc = [(c["shape"], c["quant_dtype"]) for c in calls]
+    if scheme.act_fmt is None:
+        assert not calls, f"weight-only scheme {scheme.name}: activation QDQ called {len(calls)}x: {desc}"
+        return {"calls": 0}
+    T, H, I, k = problem.T, problem.H, problem.I, problem.top_k
+    assert len(calls) == 2, f"{scheme.name}: expected 2 activation QDQ calls (a1, a2) per forward, got {len(calls)}: {desc}"
+    a1, a2 = calls
+    assert a1["shape"][-1] == H and math.prod(a1["shape"][:-1]) == T, f"a1 QDQ over {a1['shape']}, expected [T={T}, H={H}]"
+    assert a2["shape"][-1] == I and math.prod(a2["shape"][:-1]) == T * k, f"a2 QDQ over {a2['shape']}, expected [T*k={T * k}, I={I}]"
+    for c in calls:
+        assert c["quant_dtype"] == scheme.quant_dtype, f"QDQ dispatched with {c['quant_dtype']!r}, scheme key {scheme.quant_dtype!r}"
+    return {"calls": 2}
+
+
+def identity_qdq(A, A_scale, quant_dtype, *args, **kw):
+    return A, None
+
+
+def check_no_silent_skip(problem, t=None, moe=None, cfg=None):
+    """For schemes that quantize activations, the forward differs from the same
+    forward with activation QDQ disabled (the inputs are chosen so that QDQ is
+    not the identity: the reference shows a difference beyond tolerance)."""
+    if t is None:
+        t, _, cfg, moe = setup(problem)
+    scheme = ref.resolve_scheme(problem.scheme)
+    if scheme.act_fmt is None or problem.T == 0:
+        return {"skipped": True}
+    out = run(moe, t)
+    with record_act_qdq(replace=identity_qdq):
+        out_noq = run(moe, t)
+    # The reference must itself show that QDQ matters for these inputs.
+    trace = reference_trace(problem, t, cfg)
+    noq_cfg = _NoActQdqConfig(cfg)
+    trace_noq = reference_trace(problem, t, noq_cfg)
+    tol = output_tolerance(trace, problem, cfg)
+    if not bool(((trace.out - trace_noq.out).abs() > 2 * tol).any()):
+        return {"skipped": True}  # QDQ is (numerically) the identity here
+    assert not torch.equal(out, out_noq), (
+        f"{scheme.name}: output identical with activation QDQ disabled: activation quantization was skipped ({problem!r})")
+    return {"skipped": False}
+
+
+class _NoActQdqConfig:
+    """A config view whose scheme quantizes no activations (reference only)."""
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        self.scheme = dataclasses.replace(ref.resolve_scheme(cfg.scheme), act_fmt=None, quant_dtype=None)
+
+    def __getattr__(self, name):
+        return getattr(self._cfg, name)
+
+
+def check_dispatcher_keys():
+    """Every scheme's activation dispatch key quantizes (QDQ is not the
+    identity on a generic tensor); an unknown key raises ValueError."""
+    qi = quantize_input_module()
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0)) * 3
+    for name, scheme in hm().SCHEMES.items():
+        if scheme.act_fmt is None:
+            continue
+        gs = torch.tensor(2688.0 / float(x.abs().max())) if scheme.quant_dtype == "nvfp4" else None
+        y, _ = qi.moe_kernel_quantize_input(x, gs, scheme.quant_dtype, scale_mode=scheme.scale_mode)
+        assert not torch.equal(y, x), f"{name}: dispatch key {scheme.quant_dtype!r} left the activations unquantized"
+        want = ref.qdq_activation(x, scheme, gscale=gs)
+        assert torch.equal(y, want), f"{name}: dispatcher QDQ differs from the spec's reference QDQ"
+    for bad in ("mxfp6", "fp4", "nvfp8", "MXFP4", "int4"):
+        try:
+            qi.moe_kernel_quantize_input(x, None, bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"dispatcher accepted unknown quant dtype {bad!r} (must raise ValueError)")
+    return {}
+
+
+# =========================================================================== scales
+def check_scale_sensitivity(problem, t=None, cfg=None):
+    """Changing a scale the scheme uses changes the output; a missing required
+    scale raises. NVFP4 activation global scales are multiplied by 3, not 2:
+    QDQ(x; 2 gs) == QDQ(x; gs) whenever the E4M3 block scales stay normal
+    (scaling an E4M3 value by 2 is exact and cancels in s/gs), so doubling
+    is the wrong probe. Weight global scales are dequantize-only: doubling
+    halves the weights."""
+    if t is None:
+        t, _, cfg, _ = setup(problem)
+    scheme = ref.resolve_scheme(problem.scheme)
+    if problem.T == 0:
+        return {"skipped": True}
+    base = run(make_moe(problem, cfg), t)
+    probes = []
+    if scheme.is_nvfp4:
+        probes = [("a1_gscale", 3.0), ("a2_gscale", 3.0), ("w13_gscale", 2.0), ("w2_gscale", 2.0)]
+    elif scheme.quant_dtype == "fp8" and cfg.a1_scale is not None:
+        probes = [("a1_scale", 3.0), ("a2_scale", 3.0)]
+    changed = {}
+    for name, f in probes:
+        v = getattr(cfg, name)
+        cfg2 = dataclasses.replace(cfg, **{name: v * f})
+        out2 = run(make_moe(problem, cfg2), t)
+        trace = reference_trace(problem, t, cfg2)
+        trace0 = reference_trace(problem, t, cfg)
+        if torch.equal(trace.out, trace0.out):
+            continue  # the reference itself is insensitive here (e.g. saturation)
+        assert not torch.equal(out2, base), f"{scheme.name}: output unchanged after {name} x{f}: the layer ignores {name}"
+        changed[name] = True
+    # Missing required scales.
+    required = ["a1_gscale", "a2_gscale"] if scheme.needs_act_gscale else []
+    for name in required:
+        cfg3 = dataclasses.replace(cfg, **{name: None})
+        try:
+            run(make_moe(problem, cfg3), t)
+        except ValueError:
+            continue
+        raise AssertionError(f"{scheme.name}: {name}=None did not raise (a missing scale must never default to 1.0)")
+    return {"changed": changed}
+
+
+# =========================================================================== shared config
+def _snapshot(obj):
+    out = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if isinstance(v, hf.QuantizedTensor):
+            out[f.name] = (id(v), {k: (id(x), x.clone()) if isinstance(x, torch.Tensor) else (id(x), x)
+                                   for k, x in vars(v).items()})
+        elif isinstance(v, torch.Tensor):
+            out[f.name] = (id(v), v.clone())
+        else:
+            out[f.name] = (id(v), v)
+    return out
+
+
+def _same_snapshot(a, b) -> list:
+    diffs = []
+    for k in a:
+        ia, va = a[k]
+        ib, vb = b[k]
+        if ia != ib:
+            diffs.append(k)
+        elif isinstance(va, dict):
+            for kk in va:
+                (i1, x1), (i2, x2) = va[kk], vb[kk]
+                if i1 != i2 or (isinstance(x1, torch.Tensor) and not torch.equal(x1, x2)):
+                    diffs.append(f"{k}.{kk}")
+        elif isinstance(va, torch.Tensor) and not torch.equal(va, vb):
+            diffs.append(k)
+    return diffs
+
+
+def check_shared_config(problem, t=None, cfg=None):
+    """Two experts objects built from one config give identical outputs, and
+    building them leaves the config untouched."""
+    if t is None:
+        t, _, cfg, _ = setup(problem)
+    before = _snapshot(cfg)
+    m1 = make_moe(problem, cfg)
+    m2 = make_moe(problem, cfg)
+    diffs = _same_snapshot(before, _snapshot(cfg))
+    assert not diffs, f"building experts modified the shared quant config: {diffs}"
+    o1, o2 = run(m1, t), run(m2, t)
+    from suites.properties._util import assert_bitwise_equal
+
+    assert_bitwise_equal(o2, o1, "second experts object built from the same config")
+    return {}
+
+
+# =========================================================================== equivariance
+def permute_experts(cfg, perm):
+    """Config whose expert i is expert perm[i] of cfg."""
+    def pq(q):
+        return hf.QuantizedTensor(q.codes[perm], q.scales[perm],
+                                  q.global_scale[perm] if (q.global_scale is not None and q.global_scale.dim()) else q.global_scale,
+                                  q.fmt, q.scale_mode, q.rounding, q.dtype)
+    kw = dict(w13_q=pq(cfg.w13_q), w2_q=pq(cfg.w2_q))
+    for name in ("w13_gscale", "w2_gscale"):
+        v = getattr(cfg, name)
+        if v is not None and v.dim():
+            kw[name] = v[perm]
+    return dataclasses.replace(cfg, **kw)
+
+
+def check_token_equivariance(problem, t=None, cfg=None, moe=None, seed=0):
+    """moe(P x) == P moe(x) for a token permutation P (within the reference
+    tolerance of both sides)."""
+    if t is None:
+        t, _, cfg, moe = setup(problem)
+    T = problem.T
+    perm = torch.randperm(T, generator=torch.Generator().manual_seed(seed))
+    out = run(moe, t)
+    tp = dataclasses.replace(t, hidden=t.hidden[perm], router_logits=t.router_logits[perm])
+    outp = run(moe, tp)
+    tol = output_tolerance(reference_trace(problem, t, cfg), problem, cfg)
+    err = (outp.double() - out[perm].double()).abs()
+    bad = ~(err <= 2 * tol[perm])
+    assert not bool(bad.any()), _describe_mismatch("token permutation", outp, out[perm], 2 * tol[perm], bad)
+    return {"bitwise": bool(torch.equal(outp, out[perm]))}
+
+
+def check_expert_equivariance(problem, t=None, cfg=None, moe=None, seed=0):
+    """Relabelling experts together with the router columns leaves the output
+    unchanged. Only for logits without ties (problem.logits == "distinct"):
+    with ties the lowest-index rule depends on the labels."""
+    if t is None:
+        t, _, cfg, moe = setup(problem)
+    assert problem.logits == "distinct", "expert equivariance needs tie-free router logits"
+    E = problem.E
+    perm = torch.randperm(E, generator=torch.Generator().manual_seed(seed))
+    out = run(moe, t)
+    cfgp = permute_experts(cfg, perm)
+    tp = dataclasses.replace(t, router_logits=t.router_logits[:, perm])
+    outp = run(make_moe(problem, cfgp), tp)
+    tol = output_tolerance(reference_trace(problem, t, cfg), problem, cfg)
+    err = (outp.double() - out.double()).abs()
+    bad = ~(err <= 2 * tol)
+    assert not bool(bad.any()), _describe_mismatch("expert relabelling", outp, out, 2 * tol, bad)
+    return {"bitwise": bool(torch.equal(outp, out))}
+
+
+# =========================================================================== checkpoint conventions
+def check_checkpoint_conventions(problem, t=None):
+    """Loading the problem's weights in either NVFP4 convention (ModelOpt
+    decode-side, compressed-tensors encode-side) yields the truth's dequantized
+    weights and activation global scales (up to the float32 reciprocal: 4u)."""
+    if t is None:
+        t = problem.tensors()
+    truth = truth_of(problem, t)
+    scheme = ref.resolve_scheme(problem.scheme)
+    convs = ("modelopt", "compressed_tensors") if scheme.is_nvfp4 else ("native",)
+    want13 = ref.dequant_weight(truth.w13_q, truth.w13_gscale, scheme, "w13")
+    want2 = ref.dequant_weight(truth.w2_q, truth.w2_gscale, scheme, "w2")
+    for conv in convs:
+        p = problem.replace(ckpt=conv) if scheme.is_nvfp4 else problem
+        cfg = load_config(p, t, truth)
+        got13 = ref.dequant_weight(cfg.w13_q, cfg.w13_gscale, scheme, "w13")
+        got2 = ref.dequant_weight(cfg.w2_q, cfg.w2_gscale, scheme, "w2")
+        for what, got, want in (("w13", got13, want13), ("w2", got2, want2)):
+            bad = ~((got - want).abs() <= 4 * U * want.abs())
+            assert not bool(bad.any()), (
+                f"{conv}: dequantized {what} differs from the truth at {int(bad.sum())} elements, e.g. "
+                f"{got[bad][:3].tolist()} vs {want[bad][:3].tolist()}")
+        for name in ("a1_gscale", "a2_gscale"):
+            tv = getattr(truth, name)
+            if tv is None:
+                continue
+            v = getattr(cfg, name)
+            assert v is not None, f"{conv}: loader dropped {name}"
+            rel = abs(float(v) / float(tv) - 1)
+            assert rel <= 4 * U, f"{conv}: {name} = {float(v)} but the truth is {float(tv)} (one max over experts, encode side)"
+    return {}
+
+
+# =========================================================================== placement
+def tensors_reachable(obj, depth=3, seen=None):
+    """(path, tensor) for every tensor reachable from an object's attributes."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth < 0:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        yield "", obj
+        return
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    elif isinstance(obj, torch.nn.Module):
+        items = list(vars(obj).items()) + list(obj._parameters.items()) + list(obj._buffers.items()) + list(obj._modules.items())
+    elif dataclasses.is_dataclass(obj) or hasattr(obj, "__dict__"):
+        if type(obj).__module__.startswith(("torch", "builtins", "enum")):
+            return
+        items = vars(obj).items()
+    else:
+        return
+    for k, v in items:
+        for p, tt in tensors_reachable(v, depth - 1, seen):
+            yield f".{k}{p}", tt
+
+
+def check_buffers_follow_weights(moe):
+    dev = moe.quant_config.device if moe.quant_config is not None else None
+    wrong = [(p, str(x.device)) for p, x in tensors_reachable(moe, depth=4) if x.device != dev]
+    assert not wrong, f"buffers not on the weights' device {dev}: {wrong[:6]}"
+    return {"device": str(dev)}
+
+
+class MinimalMoELayer(torch.nn.Module):
+    """A layer object with ONLY the MoE attributes (no `.weight`)."""
+
+    def __getattr__(self, name):
+        if name == "weight":
+            raise AttributeError("a MoE layer has no attribute 'weight' (only w13_weight / w2_weight)")
+        return super().__getattr__(name)
+
+
+def _nvfp4_ckpt_for_conversion(E=2, H=32, I=32, device="cpu", seed=0):
+    from suites.properties.moe_problems import MoEProblem
+
+    p = MoEProblem("nvfp4", E, 1, H, I, 2, seed, ckpt="modelopt")
+    t = p.tensors()
+    d = checkpoint_tensors(p, t, truth_of(p, t))
+    return {k: v.to(device) for k, v in d.items()}
+
+
+def check_conversion_every_backend(device="cpu"):
+    """Every backend branch of both kernel-format conversions runs with a
+    minimal layer (only MoE attributes), and its outputs live on w13's device."""
+    H = hm()
+    ran = []
+    for backend in H.MoEBackend:
+        d = _nvfp4_ckpt_for_conversion(device=device)
+        layer = MinimalMoELayer()
+        layer.w13_weight = torch.nn.Parameter(d["w13_weight"], requires_grad=False)
+        layer.w2_weight = torch.nn.Parameter(d["w2_weight"], requires_grad=False)
+        out = H.convert_to_nvfp4_moe_kernel_format(
+            layer, d["w13_weight"], d["w13_weight_scale"], d["w13_weight_scale_2"], d["w2_weight"],
+            d["w2_weight_scale"], d["w2_weight_scale_2"], d["w13_input_scale"], d["w2_input_scale"], backend)
+        wrong = [(p, str(x.device)) for p, x in tensors_reachable(out, depth=4) if x.device != d["w13_weight"].device]
+        assert not wrong, f"nvfp4 {backend}: converted tensors off the weights' device: {wrong[:4]}"
+        ran.append(("nvfp4", backend))
+        for name, scheme in H.SCHEMES.items():
+            if scheme.is_nvfp4:
+                continue
+            from suites.properties.moe_problems import MoEProblem
+
+            p = MoEProblem(name, 2, 1, 32, 32, 2, 0)
+            t = p.tensors()
+            c = {k: v.to(device) for k, v in checkpoint_tensors(p, t, truth_of(p, t)).items()}
+            out = H.convert_to_ocp_mx_moe_kernel_format(layer, c["w13_weight"], c["w13_weight_scale"], c["w2_weight"],
+                                                       c["w2_weight_scale"], backend, scheme=name)
+            wrong = [(pp, str(x.device)) for pp, x in tensors_reachable(out, depth=4) if x.device != c["w13_weight"].device]
+            assert not wrong, f"{name} {backend}: converted tensors off the weights' device: {wrong[:4]}"
+            ran.append((name, backend))
+    return {"ran": ran}
+
+
+def check_create_weights_every_scheme(device="cpu"):
+    """create_moe_weights + convert_layer_weights for every scheme x backend
+    with emulation forced: every branch creates *_weight_scale."""
+    H = hm()
+    for name in H.SCHEME_NAMES:
+        for backend in H.MoEBackend:
+            layer = MinimalMoELayer()
+            H.create_moe_weights(layer, name, 2, 32, 32, backend, emulation=True, device=device)
+            for attr in ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale"):
+                assert hasattr(layer, attr), f"{name} x {backend.name}: create_moe_weights did not create {attr}"
+            H.convert_layer_weights(layer, name, backend)
+    return {}
+
+
+# =========================================================================== no host work in forward
+class HostWorkInForward(AssertionError):
+    pass
+
+
+_GUARDED_CREATORS = ("tensor", "as_tensor", "from_numpy")
+_SYNC_METHODS = ("__bool__", "item", "tolist", "numpy", "__int__", "__float__", "__index__")
+_DATA_DEPENDENT = ("nonzero", "masked_select", "unique", "unique_consecutive", "argwhere")
+
+
+@contextlib.contextmanager
+def no_host_work():
+    """During the block: any host sync (Python truthiness / item / tolist of
+    a tensor, data-dependent output shapes), any tensor built from host data
+    (torch.tensor / as_tensor / from_numpy), any cross-device copy, and any
+    decode table built or moved (a lookup-table cache miss in
+    harness.formats) raises HostWorkInForward. On a GPU each of these is a
+    host sync or a host->device copy, which CUDA graph capture forbids; on the
+    CPU this is the detectable proxy."""
+    saved = []
+
+    def patch(owner, name, new):
+        saved.append((owner, name, owner.__dict__.get(name, None) if isinstance(owner, type) else getattr(owner, name)))
+        setattr(owner, name, new)
+
+    def raiser(what):
+        def f(*a, **k):
+            raise HostWorkInForward(f"host work in forward: {what}")
+        return f
+
+    try:
+        for m in _SYNC_METHODS:
+            patch(torch.Tensor, m, raiser(f"Tensor.{m} (host sync)"))
+        for m in _DATA_DEPENDENT:
+            if hasattr(torch.Tensor, m):
+                patch(torch.Tensor, m, raiser(f"Tensor.{m} (data-dependent shape: host sync)"))
+            if hasattr(torch, m):
+                patch(torch, m, raiser(f"torch.{m} (data-dependent shape: host sync)"))
+        orig_tensor, orig_as_tensor = torch.tensor, torch.as_tensor
+        patch(torch, "tensor", raiser("torch.tensor (tensor from host data)"))
+        patch(torch, "from_numpy", raiser("torch.from_numpy (tensor from host data)"))
+
+        def as_tensor(data, *a, **k):
+            if not isinstance(data, torch.Tensor):
+                raise HostWorkInForward("host work in forward: torch.as_tensor of host data")
+            return orig_as_tensor(data, *a, **k)
+        patch(torch, "as_tensor", as_tensor)
+        orig_to = torch.Tensor.to
+
+        def to(self, *a, **k):
+            res = orig_to(self, *a, **k)
+            if res.device != self.device:
+                raise HostWorkInForward(f"host work in forward: Tensor.to copies {self.device} -> {res.device}")
+            return res
+        patch(torch.Tensor, "to", to)
+        patch(torch.Tensor, "cuda", raiser("Tensor.cuda (host->device copy)"))
+        orig_cpu_lut = minifloat._cpu_lut
+        patch(minifloat, "_cpu_lut", raiser("a decode table is built during forward (not prepared at conversion)"))
+        orig_tables = scales._e8m0_tables
+        patch(scales, "_e8m0_tables", raiser("E8M0 tables built during forward (not prepared at conversion)"))
+        yield
+    finally:
+        for owner, name, old in reversed(saved):
+            if old is None and isinstance(owner, type):
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+
+
+def fresh_table_caches(monkeypatch):
+    """Empty the per-device decode-table caches of harness.formats, so a test
+    sees whether conversion (not forward) fills them."""
+    monkeypatch.setattr(minifloat, "_LUTS", {})
+    monkeypatch.setattr(scales, "_DEVICE_TABLES", {})
+
+
+def check_no_host_work_in_forward(problem, moe, t):
+    """A forward performs no host sync, no host->device copy and builds no
+    lookup table (the CPU proxy of CUDA-graph capturability)."""
+    with torch.no_grad(), no_host_work():
+        moe(t.hidden, t.router_logits)
+    return {}
