@@ -71,6 +71,9 @@ class ExpertsBase(torch.nn.Module):
             self.a2_gscale = quant_config.a2_gscale
             ops.prepare_device(quant_config.device)
         self._kernel_weights = kernel_weights
+        # Debug seam: when a dict, apply() stores its intermediates there
+        # (a1, h1, a2_in, a2, h2); None in normal use (no cost, capture-safe).
+        self.trace = None
         if backend == "fused" and kernel_weights is None:
             self._kernel_weights = self._make_kernel_weights()
 
@@ -139,8 +142,11 @@ class ExpertsBase(torch.nn.Module):
         ids = topk_ids.reshape(-1).to(torch.int64)
         xs = x.unsqueeze(1).expand(T, k, H).reshape(T * k, H)
         h1 = self._gemm(xs, ids, 0, w)
-        a = self.quantize_activation(act(h1), self.a2_input_scale())
+        g = act(h1)
+        a = self.quantize_activation(g, self.a2_input_scale())
         h2 = self._gemm(a, ids, 1, w)
+        if self.trace is not None:
+            self.trace.update(a1=x, h1=h1, a2_in=g, a2=a, h2=h2)
         out = (h2.reshape(T, k, H) * topk_weights.to(torch.float32).unsqueeze(-1)).sum(dim=1)
         return out.to(hidden.dtype)
 
