@@ -149,16 +149,26 @@ def test_nvfp4_operation_order():
     assert not torch.equal(y, product_first), "order should matter for a non-power-of-two gs"
 
 
-def test_nvfp4_block_scale_formula():
-    """s = e4m3_rne(clamp(gs * (amax * fl(1/6)), 448)) for a spread of amax values."""
-    amax = torch.logspace(-6, 4, 2000, dtype=torch.float32)
-    gs = torch.tensor(2688.0 / 97.0, dtype=torch.float32)
-    x = torch.zeros(2000, 16)
+@pytest.mark.parametrize("gs", [1.0, 2688.0 / 97.0, 0.37, 1234.5])
+def test_nvfp4_block_scale_formula(gs):
+    """s = e4m3_rne(clamp(gs * (amax * fl(1/6)), 448)), float32 ops in that order.
+    amax is taken within +-64 float32 ulps of every e4m3 tie point
+    (tie * 6 / gs), where a different order ((gs*amax)/6, exact division)
+    rounds the other way for a few dozen of the 16k values."""
+    e4m3 = hf.decode_lut(hf.E4M3)[:127].double()
+    ties = (e4m3[1:] + e4m3[:-1]) / 2
+    g = torch.tensor(gs, dtype=torch.float32)
+    k = torch.arange(-64, 65, dtype=torch.float64)
+    amax = ((ties * 6 / float(g)).unsqueeze(1) * (1 + k * 2.0**-24)).float().flatten()
+    amax = amax[(amax > 0) & torch.isfinite(amax)]
+    x = torch.zeros(amax.numel(), 16)
     x[:, 3] = -amax
     q = hf.quantize(x, "nvfp4", global_scale=gs)
     sixth = torch.tensor(1 / 6, dtype=torch.float32)
-    want = torch.clamp(gs * (amax * sixth), max=448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    want = torch.clamp(g * (amax * sixth), max=448.0).to(torch.float8_e4m3fn).view(torch.uint8)
     assert torch.equal(q.scales[:, 0], want)
+    other_order = torch.clamp((g * amax) / 6, max=448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    assert not torch.equal(other_order, want), "inputs no longer reach the near-tie cases"
 
 
 def test_global_scale_conventions_round_trip():

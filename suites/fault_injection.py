@@ -1,0 +1,96 @@
+"""Prove the property suites can fail: apply one historical-style fault at a
+time to a scratch copy of the repo, run the named tests there, and report
+which went red. A fault that leaves every test green is a hole in the suite.
+
+    python -m suites.fault_injection            # all faults, table to stdout
+    python -m suites.fault_injection --json out.json
+
+Each fault is (file, exact old text, new text, tests expected to catch it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+P = "suites/properties/"
+
+FAULTS = [
+    ("rne ties rounded away", "harness/formats/minifloat.py",
+     "up = (frac > 0.5) | ((frac == 0.5) & odd)", "up = frac >= 0.5",
+     [P + "test_formats_special.py::test_fp4_tie_tables", P + "test_formats_elements.py"]),
+    ("nibbles swapped in pack_fp4", "harness/formats/packing.py",
+     "return (lo | (hi << 4)).contiguous()", "return (hi | (lo << 4)).contiguous()",
+     [P + "test_formats_packing.py"]),
+    ("floor scale via float32 log2", "harness/formats/scales.py",
+     'if scale_mode == "floor":\n        return _fp32_exponent(amax) - el.emax',
+     'if scale_mode == "floor":\n        return torch.floor(torch.log2(amax)).to(torch.int32) - el.emax',
+     [P + "test_formats_special.py::test_floor_uses_exponent_bits_not_float32_log2", P + "test_formats_oracles.py"]),
+    ("signed zero dropped", "harness/formats/minifloat.py",
+     "sign = (v.view(torch.int32) < 0)", "sign = (v < 0)",
+     [P + "test_formats_special.py::test_signed_zero_kept", P + "test_formats_qdq.py::test_sign_symmetry"]),
+    ("nvfp4 dequant (e2m1*s)/gs", "harness/formats/quant.py",
+     "    out = vals * block_scale_values(q).unsqueeze(-1)",
+     "    out = vals * block_scale_values(q).unsqueeze(-1)\n    if not spec.is_mx:\n        out = (vals * scales.e4m3_decode(q.scales).unsqueeze(-1)) / (q.global_scale.reshape(-1, 1, 1) if q.global_scale.dim() else q.global_scale)",
+     [P + "test_formats_special.py::test_nvfp4_operation_order", P + "test_formats_oracles.py::test_matches_vllm_nvfp4_emulation"]),
+    ("E8M0 byte not clamped below 0 (wraps)", "harness/formats/scales.py",
+     "byte = torch.clamp(shared + E8M0_BIAS, 0, E8M0_MAX_BYTE)", "byte = torch.clamp(shared + E8M0_BIAS, -255, E8M0_MAX_BYTE)",
+     [P + "test_formats_special.py::test_scale_byte_clamped_to_0_254"]),
+    ("Inf saturates instead of poisoning the MX block", "harness/formats/quant.py",
+     "torch.where(nonfinite, torch.inf, amax)", "torch.nan_to_num(torch.where(nonfinite, torch.inf, amax), nan=float('nan'), posinf=3e38)",
+     [P + "test_formats_special.py::test_nan_or_inf_gives_nan_scale_and_nan_block", P + "test_formats_qdq.py::test_nan_or_inf_poisons_only_its_block"]),
+    ("even mode computed as floor", "harness/formats/scales.py",
+     "bits = amax.view(torch.int32) + (1 << (22 - el.mbits))", "bits = amax.view(torch.int32)",
+     [P + "test_formats_special.py::test_even_mode_increments_at_mantissa_threshold", P + "test_formats_oracles.py::test_matches_torchao_bitwise"]),
+    ("no saturation after rounding", "harness/formats/minifloat.py",
+     "torch.clamp(mag, max=spec.max_code)", "mag",
+     [P + "test_formats_elements.py", P + "test_formats_qdq.py::test_error_within_half_a_code_step"]),
+    ("away rounding as float32 floor(q + 0.5)", "harness/formats/minifloat.py",
+     '    elif rounding == "away":\n        up = frac >= 0.5',
+     '    elif rounding == "away":\n        return torch.floor(q + 0.5)',
+     [P + "test_formats_special.py::test_element_rounding_is_exact_near_half_of_smallest_code"]),
+    ("nvfp4 scale 1/6 as exact division", "harness/formats/quant.py",
+     "gs * (amax * _ONE_SIXTH)", "(gs * amax) / 6.0",
+     [P + "test_formats_special.py::test_nvfp4_block_scale_formula", P + "test_formats_oracles.py::test_matches_vllm_nvfp4_emulation"]),
+]
+
+
+def run_fault(name, path, old, new, tests, python):
+    with tempfile.TemporaryDirectory() as tmp:
+        dst = Path(tmp) / "repo"
+        shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(".venv", ".git", "reports", "*.egg-info", ".hypothesis", "__pycache__"))
+        f = dst / path
+        text = f.read_text()
+        if old not in text:
+            return {"fault": name, "error": f"pattern not found in {path}"}
+        f.write_text(text.replace(old, new, 1))
+        env = dict(os.environ, PYTHONPATH=str(dst), HARNESS_PROFILE="dev", PYTHONDONTWRITEBYTECODE="1")
+        out = {}
+        for t in tests:
+            r = subprocess.run([python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-W", "ignore", t],
+                               cwd=dst, env=env, capture_output=True, text=True)
+            out[t] = "red" if r.returncode == 1 else ("green" if r.returncode == 0 else f"rc={r.returncode}")
+        return {"fault": name, "file": path, "tests": out, "caught": any(v == "red" for v in out.values())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--only", help="substring of a fault name")
+    args = ap.parse_args(argv)
+    rows = [run_fault(*f, python=sys.executable) for f in FAULTS if not args.only or args.only in f[0]]
+    for r in rows:
+        print(f"{'CAUGHT' if r.get('caught') else 'MISSED'}  {r['fault']}: {r.get('tests') or r.get('error')}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0 if all(r.get("caught") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
