@@ -63,6 +63,8 @@ def _moe_gemm_kernel(
     BF16: tl.constexpr, HAS_POST: tl.constexpr, DEQUANT_ONLY: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
+    # BLOCK_K is a multiple of QBLOCK and K a multiple of BLOCK_K's blocks'
+    # (K % QBLOCK == 0 always holds for quantized weights).
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     if DEQUANT_ONLY:
@@ -85,10 +87,11 @@ def _moe_gemm_kernel(
             wv = tl.load(w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :],
                          mask=wmask, other=0.0).to(tl.float32)
         else:
-            if PACKED:
-                byte = tl.load(w_ptr + e * stride_we + offs_n[:, None] * stride_wn + (offs_k // 2)[None, :],
-                               mask=wmask, other=0).to(tl.int32)
-                code = (byte >> ((offs_k % 2) * 4).to(tl.int32)[None, :]) & 0xF
+            if PACKED:  # one byte holds k = 2i (low nibble) and 2i + 1 (high nibble)
+                offs_kb = k0 // 2 + tl.arange(0, BLOCK_K // 2).to(tl.int64)
+                byte = tl.load(w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_kb[None, :],
+                               mask=nmask[:, None] & (offs_kb < K // 2)[None, :], other=0).to(tl.int32)
+                code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BLOCK_N, BLOCK_K))
             else:
                 code = tl.load(w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :],
                                mask=wmask, other=0).to(tl.int32)
@@ -103,9 +106,12 @@ def _moe_gemm_kernel(
                 nan = tl.full(val.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
                 val = tl.where(mag == (1 << (WIDTH - 1)) - 1, nan, val)
             val = tl.where((code >> (WIDTH - 1)) != 0, -val, val)
-            m = tl.load(mult_ptr + e * stride_me + offs_n[:, None] * stride_mn + (offs_k // QBLOCK)[None, :],
-                        mask=wmask, other=0.0)
-            wv = val * m
+            # one multiplier per QBLOCK elements, broadcast over its block
+            offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
+            m = tl.load(mult_ptr + e * stride_me + offs_n[:, None] * stride_mn + offs_b[None, :],
+                        mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :], other=0.0)
+            wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
+                            (BLOCK_N, BLOCK_K))
         if DEQUANT_ONLY:
             # dequant-only launch: stride_xm / stride_om are the output's expert / row strides
             tl.store(out_ptr + e * stride_xm + offs_n[:, None] * stride_om + offs_k[None, :], wv, mask=wmask)
@@ -258,9 +264,7 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
     bm = block_m or _block_m(P, fw.E)
     rows, block_expert = sort_pairs(ids.to(torch.int64), fw.E, bm)
     interpret = x.device.type != "cuda"
-    BN, BK = (128, 64) if not interpret else (16, 32)
-    if interpret:
-        BN, BK = 16, 32
+    BN, BK = (16, 32) if interpret else ((128, 64) if bm >= 64 else (64, 128))
     grid = (block_expert.shape[0], triton.cdiv(fw.N, BN))
     dummy = out
     _kernel(interpret)[grid](
@@ -281,8 +285,6 @@ def fused_dequantize(fw: FusedWeights) -> torch.Tensor:
     interpret = fw.device.type != "cuda"
     BN, BK = 16, 32
     grid = (fw.E, triton.cdiv(fw.N, BN))
-    if fw.kind == 1 and fw.fmt is not None:
-        BK = max(BK, hf.get_format(fw.fmt).block_size)
     mult = fw.mult if fw.mult is not None else out
     _kernel(interpret)[grid](
         out, out, out, fw.data, mult, out, out, fw.N, fw.K, out.stride(0), out.stride(1),

@@ -1,0 +1,161 @@
+"""GPU smoke of the MoE layer, one command (`python -m harness.moe.gpu_smoke OUT_DIR`):
+run_checks on the device, CUDA-graph capture vs eager, torch.compile(fullgraph)
+vs eager, the fused GEMM contract (2) at a medium shape in both precisions,
+int64 offsets past 2^31 bytes, then the benchmark. Writes OUT_DIR/*.json as it goes."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+
+def _dump(out: Path, name: str, obj) -> None:
+    (out / name).write_text(json.dumps(obj, indent=1, default=str))
+
+
+def _guard(results: dict, name: str, fn):
+    t0 = time.time()
+    try:
+        results[name] = fn()
+    except Exception as exc:
+        results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]}
+    results[name + ".seconds"] = round(time.time() - t0, 2)
+
+
+# inductor compiles take tens of seconds each: two representative cases
+COMPILE_CASES = {("nvfp4", "torch"), ("w_mxfp4_a_mxfp4", "auto")}
+
+
+def capture_and_compile(dev) -> dict:
+    import harness.moe as hm  # noqa: PLC0415
+    from harness.moe.graphs import capture_matches_eager, compile_matches_eager  # noqa: PLC0415
+
+    g = torch.Generator(device=dev).manual_seed(0)
+    E, H, I, T, k = 8, 256, 256, 16, 2
+    w13 = torch.randn(E, 2 * I, H, generator=g, device=dev) * 0.05
+    w2 = torch.randn(E, H, I, generator=g, device=dev) * 0.05
+    x = torch.randn(T, H, generator=g, device=dev).to(torch.bfloat16)
+    lg = torch.randn(T, E, generator=g, device=dev)
+    a1, a2 = hm.calibrate_activation_scales(w13, w2, x.float(), lg, top_k=k)
+    res = {}
+    for scheme in ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp4_a_fp8", "w_mxfp8"):
+        for backend in ("unfused", "fused"):
+            for opb in ("auto", "torch"):
+                if backend == "fused" and opb == "torch":
+                    continue
+                moe = hm.build_emulated_moe(scheme, w13, w2, top_k=k, a1_gscale=a1, a2_gscale=a2, backend=backend,
+                                            op_backend=opb)
+                key = f"{scheme}.{backend}.ops-{opb}"
+                try:
+                    res[key + ".capture"] = capture_matches_eager(moe, x, lg)
+                except Exception as exc:
+                    res[key + ".capture"] = {"error": f"{type(exc).__name__}: {exc}"[:800]}
+                if backend == "unfused" and (scheme, opb) in COMPILE_CASES:
+                    try:
+                        res[key + ".compile_inductor"] = compile_matches_eager(moe, x, lg)
+                    except Exception as exc:
+                        res[key + ".compile_inductor"] = {"error": f"{type(exc).__name__}: {exc}"[:800]}
+    return res
+
+
+def gemm_contract(dev) -> dict:
+    import harness.moe as hm  # noqa: PLC0415
+    from harness.moe import fused, ops  # noqa: PLC0415
+    from harness.moe.experts import _grouped_gemm_unfused  # noqa: PLC0415
+
+    g = torch.Generator(device=dev).manual_seed(1)
+    E, H, I, T, k = 8, 1024, 512, 256, 2
+    w13 = torch.randn(E, 2 * I, H, generator=g, device=dev) * 0.05
+    x = torch.randn(T, H, generator=g, device=dev)
+    lg = torch.randn(T, E, generator=g, device=dev)
+    _, ids = hm.route(lg, k)
+    ids = ids.reshape(-1)
+    res = {}
+    for scheme in ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp6_e3m2_a_mxfp6_e3m2", "w_mxfp8"):
+        s = hm.get_scheme(scheme)
+        q, gs = hm.quantize_expert_weights(w13, s)
+        fw = fused.FusedWeights.from_quantized(q, gs)
+        deq = ops.dequantize_expert_weights(q, gs, backend="torch")
+        res[f"{scheme}.dequant_bitwise"] = bool(torch.equal(fused.fused_dequantize(fw).view(torch.int32),
+                                                            deq.view(torch.int32)))
+        a_gs = None
+        xs = x.repeat_interleave(k, 0)
+        if s.act_fmt is not None:
+            if s.is_nvfp4:
+                import harness.formats as hf  # noqa: PLC0415
+
+                a_gs = hf.nvfp4_global_scale(xs.abs().amax())
+            xs, _ = hm.moe_kernel_quantize_input(xs, a_gs, s.quant_dtype, scale_mode=s.scale_mode)
+        yu = _grouped_gemm_unfused(xs, ids, deq)
+        for prec in ("ieee", "bf16"):
+            yf = fused.moe_gemm(xs, ids, fw, precision=prec, a_gscale=a_gs)
+            bound = fused.gemm_error_bound(xs, ids, deq, c=fused.c_prec(s, prec))
+            ratio = float(((yf - yu).abs().double() / bound.clamp_min(1e-300)).max())
+            res[f"{scheme}.{prec}.err_vs_bound"] = ratio
+    return res
+
+
+def int64_offsets(dev) -> dict:
+    """Expert weights past 2^31 bytes: the last expert's rows must be right."""
+    from harness.moe import fused, ops  # noqa: PLC0415
+    import harness.formats as hf  # noqa: PLC0415
+
+    E, N, K = 40, 28672, 4096
+    g = torch.Generator(device=dev).manual_seed(2)
+    packed = torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8, device=dev, generator=g)
+    scales = torch.randint(120, 130, (E, N, K // 32), dtype=torch.uint8, device=dev, generator=g)
+    q_last = hf.QuantizedTensor(hf.unpack_fp4(packed[-1:, :256]), scales[-1:, :256], None, "mxfp4")
+    full_mult = torch.empty(E, N, K // 32, dtype=torch.float32, device=dev)
+    for e in range(E):
+        full_mult[e] = hf.e8m0_to_float(scales[e])
+    fw = fused.FusedWeights(1, packed, full_mult, full_mult, None, "mxfp4", E, N, K)
+    x = torch.randn(16, K, device=dev, generator=g)
+    ids = torch.full((16,), E - 1, dtype=torch.int64, device=dev)
+    y = fused.moe_gemm(x, ids, fw, precision="ieee")[:, :256]
+    ref = x @ ops.dequantize_expert_weights(q_last, None, backend="torch")[0].T
+    del packed, scales, full_mult, fw
+    torch.cuda.empty_cache()
+    return {"bytes": E * N * K // 2, "max_abs_diff": float((y - ref).abs().max()),
+            "close": bool(torch.allclose(y, ref, rtol=1e-4, atol=1e-3))}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--skip-bench", action="store_true")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = torch.device("cuda")
+    res: dict = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__}
+    from harness.moe.checks import run_checks  # noqa: PLC0415
+
+    _guard(res, "run_checks", lambda: run_checks(0, dev))
+    _dump(out, "smoke.json", res)
+    _guard(res, "gemm_contract", lambda: gemm_contract(dev))
+    _dump(out, "smoke.json", res)
+    _guard(res, "int64_offsets", lambda: int64_offsets(dev))
+    _dump(out, "smoke.json", res)
+    if not a.skip_bench:
+        from harness.moe import bench  # noqa: PLC0415
+
+        for shape in ("qwen3-30b-a3b", "mixtral"):
+            bp = argparse.ArgumentParser()
+            bench.add_arguments(bp)
+            args = bp.parse_args(["--shapes", shape, "--no-report"])
+            _guard(res, f"bench.{shape}", lambda: bench.run(args))
+            _dump(out, "smoke.json", res)
+            if "results" in res.get(f"bench.{shape}", {}):
+                (out / f"bench-{shape}.md").write_text(bench.markdown(res[f"bench.{shape}"]))
+    _guard(res, "capture_compile", lambda: capture_and_compile(dev))
+    _dump(out, "smoke.json", res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
