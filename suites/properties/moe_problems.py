@@ -80,6 +80,9 @@ class MoEProblem:
             f"ckpt={self.ckpt!r}, act_scale={self.act_scale})"
         )
 
+    def _repr_pretty_(self, p, cycle):  # hypothesis' failure printout: the one-line recipe
+        p.text(repr(self))
+
     def replace(self, **kw) -> "MoEProblem":
         from dataclasses import replace
 

@@ -1,0 +1,58 @@
+"""Activation quantization properties of the emulated MoE, for every scheme.
+
+* single quantization: moe_kernel_quantize_input runs exactly once per GEMM
+  input per forward (a1 over [T, H], a2 over the [T*k, I] pairs), zero times
+  for weight-only schemes (counted by wrapping the module attribute the
+  experts look up at call time);
+* no silent skip: for every scheme that quantizes activations the output
+  differs from the same forward with activation QDQ replaced by the identity
+  (only on inputs where the float64 reference shows QDQ matters); the
+  dispatcher raises on unknown dtype keys and every scheme key quantizes;
+* scale sensitivity: multiplying a scale the scheme uses changes the output
+  (NVFP4 activation global scales by 3: a power of two cancels exactly in
+  QDQ while the E4M3 block scales stay normal, see moe_checks); a missing
+  required scale raises ValueError.
+"""
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.moe.schemes import SCHEME_NAMES, SCHEMES
+from suites.properties import moe_checks as mc
+from suites.properties.moe_problems import moe_problems
+
+ACT_SCHEMES = tuple(n for n in SCHEME_NAMES if SCHEMES[n].act_fmt is not None)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with mc.single_thread():
+        yield
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@mc.examples(1 / 6)
+@given(data=st.data())
+def test_single_activation_quantization(scheme, data):
+    problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
+    mc.check_single_quantization(problem)
+
+
+@pytest.mark.parametrize("scheme", ACT_SCHEMES)
+@mc.examples(1 / 6)
+@given(data=st.data())
+def test_no_silent_skip_of_activation_quantization(scheme, data):
+    problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
+    mc.check_no_silent_skip(problem)
+
+
+def test_dispatcher_quantizes_every_scheme_key_and_rejects_unknown():
+    mc.check_dispatcher_keys()
+
+
+@pytest.mark.parametrize("scheme", ("nvfp4", "w_mxfp4_a_fp8"))
+@mc.examples(1 / 6)
+@given(data=st.data())
+def test_scale_sensitivity(scheme, data):
+    problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
+    mc.check_scale_sensitivity(problem)

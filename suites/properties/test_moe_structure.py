@@ -1,0 +1,95 @@
+"""Structural properties of the emulated MoE, for every scheme.
+
+* fused vs unfused per the fused kernel's contract (harness/moe/fused.py):
+  not bitwise (tl.dot sums in its own order), so both must lie within the
+  derived float64-reference tolerance, the fused one widened by its c_prec
+  (0 for "ieee", always on CPU; 2^-7 for lossy bf16 operands on GPU);
+* two experts objects built from one config give identical outputs, and
+  building them leaves the config untouched;
+* equivariance: permuting tokens permutes outputs; relabelling experts
+  together with the router columns leaves outputs unchanged. The latter uses
+  tie-free logits (logits="distinct"): with ties, "lowest index wins" depends
+  on the labels, so relabelling legitimately changes the routing;
+* placement: every buffer of a built layer is on the weights' device; every
+  backend branch of both kernel-format conversions runs with a minimal layer
+  (only MoE attributes, no `.weight`) and leaves its outputs on w13's device;
+  weight creation + post-processing runs for every scheme x backend;
+* no host work in forward (CPU proxy of CUDA-graph capturability): no tensor
+  truthiness / item / data-dependent shape, no tensor from host data, no
+  cross-device copy, no decode table built during forward.
+"""
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.moe.schemes import SCHEME_NAMES
+from suites.properties import moe_checks as mc
+from suites.properties.moe_problems import moe_problems
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with mc.single_thread():
+        yield
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@mc.examples(1 / 15, minimum=2)
+@given(data=st.data())
+def test_fused_matches_unfused(scheme, data):
+    problem = data.draw(moe_problems(scheme, max_experts=8, max_tokens=24, max_hidden=1, max_inter=1), label="problem")
+    mc.check_fused_matches_unfused(problem)
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@mc.examples(1 / 8)
+@given(data=st.data())
+def test_two_experts_from_one_config(scheme, data):
+    problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
+    mc.check_shared_config(problem)
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@mc.examples(1 / 6)
+@given(data=st.data())
+def test_token_permutation_equivariance(scheme, data):
+    problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
+    seed = data.draw(st.integers(0, 2**16), label="perm_seed")
+    mc.check_token_equivariance(problem, seed=seed)
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@mc.examples(1 / 6)
+@given(data=st.data())
+def test_expert_relabelling_invariance(scheme, data):
+    problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64, logits="distinct"), label="problem")
+    seed = data.draw(st.integers(0, 2**16), label="perm_seed")
+    mc.check_expert_equivariance(problem, seed=seed)
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+def test_buffers_follow_weights(scheme):
+    from suites.properties.moe_problems import MoEProblem
+
+    p = MoEProblem(scheme, 4, 2, 32, 32, 4, 0, ckpt="modelopt")
+    _, _, _, moe = mc.setup(p)
+    mc.check_buffers_follow_weights(moe)
+
+
+def test_conversion_every_backend_minimal_layer():
+    mc.check_conversion_every_backend()
+
+
+def test_create_and_convert_weights_every_scheme_and_backend():
+    mc.check_create_weights_every_scheme()
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@pytest.mark.parametrize("backend", ("unfused", "fused"))
+def test_no_host_work_in_forward(scheme, backend, monkeypatch):
+    from suites.properties.moe_problems import MoEProblem
+
+    mc.fresh_table_caches(monkeypatch)  # conversion, not forward, must fill them
+    p = MoEProblem(scheme, 4, 2, 32, 32, 5, 3, ckpt="compressed_tensors", logits="ties")
+    t, _, cfg, moe = mc.setup(p, backend=backend)
+    mc.check_no_host_work_in_forward(p, moe, t)
