@@ -62,56 +62,74 @@ def _moe_gemm_kernel(
     QBLOCK: tl.constexpr,  # quantization block along K
     BF16: tl.constexpr, HAS_POST: tl.constexpr, DEQUANT_ONLY: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    FAST_DECODE: tl.constexpr = False,  # decode by placing bits + one power-of-two multiply
+    MULT_BCAST: tl.constexpr = True,  # load one multiplier per block and broadcast (else gather per element)
+    PACK_JOIN: tl.constexpr = True,  # load fp4 bytes once and split (else shift per element)
 ):
-    # BLOCK_K is a multiple of QBLOCK and K a multiple of BLOCK_K's blocks'
-    # (K % QBLOCK == 0 always holds for quantized weights).
+    # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    k_end = K
     if DEQUANT_ONLY:
         e = pid_m.to(tl.int64)
     else:
         e_raw = tl.load(block_expert_ptr + pid_m)
         e = tl.maximum(e_raw, 0).to(tl.int64)
+        k_end = tl.where(e_raw >= 0, K, 0)  # unused padding block: no loads at all
         offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
         rows = tl.load(rows_ptr + offs_m)
         rmask = rows >= 0
         rows_safe = tl.where(rmask, rows, 0)
     offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
+    w_base = w_ptr + e * stride_we + offs_n[:, None] * stride_wn
+    m_base = mult_ptr + e * stride_me + offs_n[:, None] * stride_mn
     acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(0, k_end, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
         kmask = offs_k < K
         wmask = nmask[:, None] & kmask[None, :]
         if KIND == 0:
-            wv = tl.load(w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :],
-                         mask=wmask, other=0.0).to(tl.float32)
+            wv = tl.load(w_base + offs_k[None, :], mask=wmask, other=0.0).to(tl.float32)
         else:
             if PACKED:  # one byte holds k = 2i (low nibble) and 2i + 1 (high nibble)
-                offs_kb = k0 // 2 + tl.arange(0, BLOCK_K // 2).to(tl.int64)
-                byte = tl.load(w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_kb[None, :],
-                               mask=nmask[:, None] & (offs_kb < K // 2)[None, :], other=0).to(tl.int32)
-                code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BLOCK_N, BLOCK_K))
+                if PACK_JOIN:
+                    offs_kb = k0 // 2 + tl.arange(0, BLOCK_K // 2).to(tl.int64)
+                    byte = tl.load(w_base + offs_kb[None, :], mask=nmask[:, None] & (offs_kb < K // 2)[None, :],
+                                   other=0).to(tl.int32)
+                    code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BLOCK_N, BLOCK_K))
+                else:
+                    byte = tl.load(w_base + (offs_k // 2)[None, :], mask=wmask, other=0).to(tl.int32)
+                    code = (byte >> ((offs_k % 2) * 4).to(tl.int32)[None, :]) & 0xF
             else:
-                code = tl.load(w_ptr + e * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :],
-                               mask=wmask, other=0).to(tl.int32)
-            # exact element decode by bit construction
+                code = tl.load(w_base + offs_k[None, :], mask=wmask, other=0).to(tl.int32)
+            # exact element decode by bit construction; the sign is OR-ed in as a
+            # bit, so negative zero codes decode to -0.0 as in the reference
             mag = code & ((1 << (WIDTH - 1)) - 1)
-            ef = mag >> MBITS
-            mf = mag & ((1 << MBITS) - 1)
-            normal = (((ef - BIAS + 127) << 23) | (mf << (23 - MBITS))).to(tl.float32, bitcast=True)
-            sub = mf.to(tl.float32) * (2.0 ** (1 - BIAS - MBITS))
-            val = tl.where(ef == 0, sub, normal)
+            sign = (code >> (WIDTH - 1)) << 31
+            if FAST_DECODE:
+                # exponent/mantissa bits placed into float32's fields: a float32
+                # (sub)normal whose value is the element's times 2^(BIAS-127);
+                # one exact power-of-two multiply fixes it (denormals preserved)
+                val = ((mag << (23 - MBITS)) | sign).to(tl.float32, bitcast=True) * (2.0 ** (127 - BIAS))
+            else:
+                ef = mag >> MBITS
+                mf = mag & ((1 << MBITS) - 1)
+                normal = (((ef - BIAS + 127) << 23) | (mf << (23 - MBITS))).to(tl.float32, bitcast=True)
+                sub = mf.to(tl.float32) * (2.0 ** (1 - BIAS - MBITS))
+                val = tl.where(ef == 0, sub, normal)
+                val = (val.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
             if IS_FN:
                 nan = tl.full(val.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
                 val = tl.where(mag == (1 << (WIDTH - 1)) - 1, nan, val)
-            val = tl.where((code >> (WIDTH - 1)) != 0, -val, val)
-            # one multiplier per QBLOCK elements, broadcast over its block
-            offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
-            m = tl.load(mult_ptr + e * stride_me + offs_n[:, None] * stride_mn + offs_b[None, :],
-                        mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :], other=0.0)
-            wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
-                            (BLOCK_N, BLOCK_K))
+            if MULT_BCAST:  # one multiplier per QBLOCK elements, broadcast over its block
+                offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
+                m = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
+                            other=0.0)
+                wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
+                                (BLOCK_N, BLOCK_K))
+            else:
+                wv = val * tl.load(m_base + (offs_k // QBLOCK)[None, :], mask=wmask, other=0.0)
         if DEQUANT_ONLY:
             # dequant-only launch: stride_xm / stride_om are the output's expert / row strides
             tl.store(out_ptr + e * stride_xm + offs_n[:, None] * stride_om + offs_k[None, :], wv, mask=wmask)
@@ -186,14 +204,16 @@ class FusedWeights:
 
 def resolve_precision(precision: str, scheme, device=None) -> str:
     """"auto": "ieee" on CPU (interpreter) and for schemes whose activations
-    are not exact in bf16 (fp8 per-tensor); "bf16" on GPU otherwise."""
+    are not exact in bf16 (fp8 per-tensor, weight-only, unquantized); "bf16"
+    on GPU for nvfp4 and MX-activation schemes."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown fused precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
     if precision != "auto":
         return precision
     if device is None or torch.device(device).type != "cuda":
         return "ieee"
-    return "ieee" if scheme.act_fmt == "fp8" else "bf16"
+    # bf16 where the operands are exact in bf16 (MX x MX) or rescaled exactly (nvfp4)
+    return "bf16" if scheme.is_nvfp4 or (scheme.act_fmt not in (None, "fp8")) else "ieee"
 
 
 def _block_m(num_rows: int, num_experts: int) -> int:
@@ -236,8 +256,31 @@ def _fmt_constexprs(fw: FusedWeights) -> dict:
                 IS_FN=el.specials == "fn", QBLOCK=spec.block_size)
 
 
+# GPU launch configurations by BLOCK_M class (tuned on an H200, see docs/benchmarks.md;
+# `python -m harness.moe.tune` re-measures). The flags never change results
+# bitwise except FAST_DECODE, which is exact where denormals are preserved
+# (checked by fused_dequantize on the device).
+GPU_CONFIGS = {
+    "small": dict(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3, FAST_DECODE=False, MULT_BCAST=True,
+                  PACK_JOIN=True),
+    "large": dict(BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, FAST_DECODE=False, MULT_BCAST=True,
+                  PACK_JOIN=True),
+}
+INTERP_CONFIG = dict(BLOCK_N=16, BLOCK_K=32)
+
+
+def launch_config(bm: int, interpret: bool, override: Optional[dict] = None) -> dict:
+    cfg = dict(INTERP_CONFIG) if interpret else dict(GPU_CONFIGS["small" if bm < 64 else "large"])
+    cfg.update(override or {})
+    if interpret:
+        for k in ("num_warps", "num_stages"):
+            cfg.pop(k, None)
+    return cfg
+
+
 def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
-             a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None) -> torch.Tensor:
+             a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
+             config: Optional[dict] = None) -> torch.Tensor:
     """x [P, K] float32 (pair rows), ids [P] int64 expert of each row -> [P, N]
     float32 = x[p] @ W[ids[p]].T with the fused dequant. precision "bf16" with
     nvfp4 needs a_gscale (the encode-side global scale x was QDQ'd with)."""
@@ -264,8 +307,8 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
     bm = block_m or _block_m(P, fw.E)
     rows, block_expert = sort_pairs(ids.to(torch.int64), fw.E, bm)
     interpret = x.device.type != "cuda"
-    BN, BK = (16, 32) if interpret else ((128, 64) if bm >= 64 else (64, 128))
-    grid = (block_expert.shape[0], triton.cdiv(fw.N, BN))
+    cfg = launch_config(bm, interpret, config)
+    grid = (block_expert.shape[0], triton.cdiv(fw.N, cfg["BLOCK_N"]))
     dummy = out
     _kernel(interpret)[grid](
         xk, rows, block_expert, fw.data, mult if mult is not None else dummy, post if post is not None else dummy,
@@ -273,25 +316,25 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
         fw.data.stride(0), fw.data.stride(1), mult.stride(0) if mult is not None else 0,
         mult.stride(1) if mult is not None else 0,
         KIND=fw.kind, BF16=bf16, HAS_POST=post is not None, DEQUANT_ONLY=False,
-        BLOCK_M=bm, BLOCK_N=BN, BLOCK_K=BK, **_fmt_constexprs(fw), num_warps=4 if bm <= 32 else 8,
-        **({} if interpret else {"num_stages": 3}),
+        BLOCK_M=bm, **_fmt_constexprs(fw), **cfg,
     )
     return out
 
 
-def fused_dequantize(fw: FusedWeights) -> torch.Tensor:
+def fused_dequantize(fw: FusedWeights, config: Optional[dict] = None) -> torch.Tensor:
     """The kernel's dequant path alone: [E, N, K] float32 (bit-exact contract)."""
     out = torch.empty(fw.E, fw.N, fw.K, dtype=torch.float32, device=fw.device)
     interpret = fw.device.type != "cuda"
-    BN, BK = 16, 32
-    grid = (fw.E, triton.cdiv(fw.N, BN))
+    cfg = launch_config(16, interpret, config)
+    cfg.update(BLOCK_N=16, BLOCK_K=32)
+    grid = (fw.E, triton.cdiv(fw.N, 16))
     mult = fw.mult if fw.mult is not None else out
     _kernel(interpret)[grid](
         out, out, out, fw.data, mult, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
         fw.data.stride(0), fw.data.stride(1), mult.stride(0) if fw.mult is not None else 0,
         mult.stride(1) if fw.mult is not None else 0,
         KIND=fw.kind, BF16=False, HAS_POST=False, DEQUANT_ONLY=True,
-        BLOCK_M=16, BLOCK_N=BN, BLOCK_K=BK, **_fmt_constexprs(fw),
+        BLOCK_M=16, **_fmt_constexprs(fw), **cfg,
     )
     return out
 

@@ -128,12 +128,27 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--skip-bench", action="store_true")
+    p.add_argument("--tune", action="store_true", help="measure launch configs first and use the best")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
     res: dict = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__}
     from harness.moe.checks import run_checks  # noqa: PLC0415
+
+    if a.tune:
+        from harness.moe import fused, tune  # noqa: PLC0415
+
+        _guard(res, "dequant_exactness", lambda: tune.dequant_exactness(dev))
+        ex = res.get("dequant_exactness", {})
+        fast_ok = isinstance(ex, dict) and "error" not in ex and not any(v for k, v in ex.items() if k.endswith("fast1"))
+        _guard(res, "tune", lambda: tune.tune(dev, fast_decode_ok=fast_ok))
+        _dump(out, "smoke.json", res)
+        best = res.get("tune", {}).get("best") if isinstance(res.get("tune"), dict) else None
+        if best:
+            for cls, cfg in best.items():
+                fused.GPU_CONFIGS[cls] = dict(cfg)
+        res["gpu_configs_used"] = fused.GPU_CONFIGS
 
     _guard(res, "run_checks", lambda: run_checks(0, dev))
     _dump(out, "smoke.json", res)

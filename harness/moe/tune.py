@@ -1,0 +1,124 @@
+"""Measure launch configurations of the fused MoE GEMM on the GPU
+(`python -m harness.moe.tune`): decode/load variants, then tiles, on the
+Mixtral GEMM1 shape at T=4096 (BLOCK_M 128) and T=16 (BLOCK_M 16). Prints
+JSON; `best` is what fused.GPU_CONFIGS should hold."""
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import sys
+
+import torch
+
+FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN")
+TILES = {
+    "large": [(128, 64, 8, 3), (128, 128, 8, 3), (256, 64, 8, 3), (128, 64, 4, 4), (256, 128, 8, 3)],
+    "small": [(64, 128, 4, 3), (128, 128, 4, 3), (64, 256, 4, 3), (32, 256, 4, 4), (128, 64, 4, 4)],
+}
+
+
+def _ms(fn, iters=10, warmup=2):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def dequant_exactness(dev) -> dict:
+    import harness.moe as hm  # noqa: PLC0415
+    from harness.moe import fused, ops  # noqa: PLC0415
+
+    g = torch.Generator(device=dev).manual_seed(3)
+    w = torch.randn(2, 64, 256, generator=g, device=dev)
+    w[0, 0, :64] = -1e-30  # negative zeros
+    w[1, 1] *= 1e-38  # tiny blocks: element values near float32 denormals
+    out = {}
+    for s in ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp6_e3m2_a_mxfp6_e3m2", "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp8"):
+        q, gs = hm.quantize_expert_weights(w, s)
+        fw = fused.FusedWeights.from_quantized(q, gs)
+        ref = ops.dequantize_expert_weights(q, gs, backend="torch").view(torch.int32)
+        for fast in (False, True):
+            d = fused.fused_dequantize(fw, {"FAST_DECODE": fast}).view(torch.int32)
+            out[f"{s}.fast{int(fast)}"] = int((d != ref).sum())
+    return out
+
+
+def tune(dev, fast_decode_ok: bool = True) -> dict:
+    import harness.moe as hm  # noqa: PLC0415
+    from harness.moe import fused  # noqa: PLC0415
+
+    E, k, H, I = 8, 2, 4096, 14336
+    g = torch.Generator(device=dev).manual_seed(0)
+    w13 = (torch.randn(E, 2 * I, H, generator=g, device=dev) * H ** -0.5).to(torch.bfloat16)
+    res, best = {}, {}
+    fws = {}
+    for s in ("w_mxfp4_a_mxfp4", "nvfp4"):
+        q, gs = hm.quantize_expert_weights(w13, s)
+        fws[s] = (fused.FusedWeights.from_quantized(q, gs), gs)
+        del q
+    fw_bf16 = fused.FusedWeights.from_float(w13)
+    for cls, T in (("large", 4096), ("small", 16)):
+        x = torch.randn(T * k, H, generator=g, device=dev).to(torch.bfloat16).float()
+        ids = torch.randint(0, E, (T * k,), generator=g, device=dev)
+        a_gs = torch.tensor(500.0, device=dev)
+        base = dict(fused.GPU_CONFIGS[cls])
+        fw = fws["w_mxfp4_a_mxfp4"][0]
+        # cuBLAS bf16 reference of the same grouped GEMM (per expert, sorted rows)
+        order = torch.argsort(ids)
+        counts = torch.bincount(ids, minlength=E).tolist()
+        xb = x.to(torch.bfloat16)[order]
+
+        def cublas():
+            o = 0
+            for e in range(E):
+                xb[o:o + counts[e]] @ w13[e].T
+                o += counts[e]
+        res[f"{cls}.cublas_bf16"] = _ms(cublas)
+        res[f"{cls}.triton_bf16_weights"] = _ms(lambda: fused.moe_gemm(x, ids, fw_bf16, precision="bf16", config=base))
+        flag_ms = {}
+        for combo in itertools.product((False, True), repeat=3):
+            if combo[0] and not fast_decode_ok:
+                continue
+            cfg = dict(base, **dict(zip(FLAGS, combo)))
+            try:
+                flag_ms[combo] = _ms(lambda: fused.moe_gemm(x, ids, fw, precision="bf16", config=cfg))
+            except Exception as exc:  # a variant that does not compile is skipped
+                flag_ms[combo] = float("inf")
+                res[f"{cls}.error.{combo}"] = str(exc)[:300]
+            res[f"{cls}.mxfp4.flags.{'-'.join(f'{n}={int(v)}' for n, v in zip(FLAGS, combo))}"] = flag_ms[combo]
+        bflags = dict(zip(FLAGS, min(flag_ms, key=flag_ms.get)))
+        tile_ms = {}
+        for bn, bk, nw, ns in TILES[cls]:
+            cfg = dict(bflags, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+            try:
+                tile_ms[(bn, bk, nw, ns)] = _ms(lambda: fused.moe_gemm(x, ids, fw, precision="bf16", config=cfg))
+            except Exception as exc:
+                tile_ms[(bn, bk, nw, ns)] = float("inf")
+                res[f"{cls}.error.{(bn, bk, nw, ns)}"] = str(exc)[:300]
+            res[f"{cls}.mxfp4.tile.{bn}x{bk}.w{nw}.s{ns}"] = tile_ms[(bn, bk, nw, ns)]
+        bn, bk, nw, ns = min(tile_ms, key=tile_ms.get)
+        best[cls] = dict(bflags, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+        res[f"{cls}.nvfp4.best"] = _ms(lambda: fused.moe_gemm(x, ids, fws["nvfp4"][0], precision="bf16",
+                                                              a_gscale=a_gs, config=best[cls]))
+        res[f"{cls}.mxfp4.best"] = min(tile_ms.values())
+    del fws, fw_bf16, w13
+    torch.cuda.empty_cache()
+    return {"timings_ms": res, "best": best}
+
+
+if __name__ == "__main__":
+    dev = torch.device("cuda")
+    ex = dequant_exactness(dev)
+    out = {"dequant_mismatches": ex}
+    out.update(tune(dev, fast_decode_ok=not any(v for k, v in ex.items() if k.endswith("fast1"))))
+    json.dump(out, sys.stdout, indent=1, default=str)
+    sys.exit(0)
