@@ -1,0 +1,30 @@
+"""Triton emulation kernels, bit-exact to the reference (harness.formats).
+
+    import harness.kernels as hk
+    y = hk.qdq(x, "mxfp4", scale_mode="even", backend="auto")
+    q = hk.quantize(x, "nvfp4", global_scale=gs)        # hf.QuantizedTensor
+    packed, scales = hk.quantize_packed(x, "mxfp4")     # storage layout
+    x2 = hk.dequantize(q, torch.bfloat16)
+    w = hk.dequantize_weights(stored, scales, gs, "nvfp4", torch.bfloat16)
+
+Modules: constants (constexprs from the format table), triton_src (kernel
+source), loader (compiled vs interpreted copies), launch (host launches),
+ops (torch.library custom ops moe_harness::*), api (these functions),
+bench (`moe-harness bench kernels`).
+"""
+from .api import BACKENDS, dequantize, dequantize_weights, qdq, quantize, quantize_packed, resolve_backend
+from .ops import OPS, dequantize_op, qdq_op, quantize_op
+
+__all__ = [
+    "BACKENDS",
+    "OPS",
+    "dequantize",
+    "dequantize_op",
+    "dequantize_weights",
+    "qdq",
+    "qdq_op",
+    "quantize",
+    "quantize_op",
+    "quantize_packed",
+    "resolve_backend",
+]

@@ -1,0 +1,115 @@
+"""Host side of the Triton kernels: flatten, size the tiles, launch.
+
+Inputs here are already validated and normalised by harness.kernels.api:
+x [..., K] contiguous, global scale None or float32 [G] on x's device
+(row r of the flattened leading dims uses gs[r // (rows / G)]). No function
+here reads a tensor's value on the host, so all of them can be captured in a
+CUDA graph.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.formats import get_format
+
+from .constants import kernel_constants
+from .loader import kernels
+
+# GPU tile: elements per program and warps (bench.py --sweep measures others).
+GPU_TILE_ELEMS = 4096
+GPU_NUM_WARPS = 4
+# Interpreter: one numpy pass per program, so few, large programs.
+INTERP_MAX_BPP = 256
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def tile(n_blocks: int, block: int, interpret: bool, tile_elems: int | None = None) -> int:
+    """Blocks per program (a power of two)."""
+    if interpret:
+        return max(1, min(_next_pow2(n_blocks), INTERP_MAX_BPP))
+    return max(1, (tile_elems or GPU_TILE_ELEMS) // block)
+
+
+def _launch(kernel, n_blocks: int, bpp: int, args: tuple, consts: dict, interpret: bool, num_warps=None):
+    names = set(kernel.arg_names)
+    kw = {k: v for k, v in consts.items() if k in names}
+    grid = (triton_cdiv(n_blocks, bpp),)
+    if interpret:
+        import numpy as np
+
+        with np.errstate(all="ignore"):  # IEEE results are wanted; numpy's warnings are noise
+            kernel[grid](*args, **kw)
+    else:
+        # No FMA contraction: every float op rounds exactly like the reference.
+        kernel[grid](*args, **kw, num_warps=num_warps or GPU_NUM_WARPS, enable_fp_fusion=False)
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _gs_args(gs, n_blocks: int, dummy: torch.Tensor):
+    """(pointer tensor, blocks per gs entry, per-row flag) for a kernel launch."""
+    if gs is None:
+        return dummy, 1, False
+    groups = gs.numel()
+    if groups <= 1:
+        return gs, 1, False
+    return gs, max(1, n_blocks // groups), True
+
+
+def qdq(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, *, tile_elems=None, num_warps=None):
+    spec = get_format(fmt)
+    interpret = x.device.type == "cpu"
+    y = torch.empty_like(x)
+    n_blocks = x.numel() // spec.block_size
+    if n_blocks == 0:
+        return y
+    bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
+    gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x)
+    consts = dict(kernel_constants(spec.name, scale_mode, rounding), BPP=bpp, EVEN=n_blocks % bpp == 0,
+                  GS_PER_ROW=per_row, BF16_BY_BITS=interpret and x.dtype == torch.bfloat16)
+    k = kernels(interpret).qdq_kernel
+    _launch(k, n_blocks, bpp, (x, y, gs_t, n_blocks, per_gs), consts, interpret, num_warps)
+    return y
+
+
+def quantize(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, pack: bool, *, tile_elems=None,
+             num_warps=None):
+    spec = get_format(fmt)
+    interpret = x.device.type == "cpu"
+    K = x.shape[-1]
+    pack = bool(pack) and spec.is_fp4
+    codes = torch.empty(*x.shape[:-1], K // 2 if pack else K, dtype=torch.uint8, device=x.device)
+    scales = torch.empty(*x.shape[:-1], K // spec.block_size, dtype=torch.uint8, device=x.device)
+    n_blocks = x.numel() // spec.block_size
+    if n_blocks == 0:
+        return codes, scales
+    bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
+    gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x)
+    consts = dict(kernel_constants(spec.name, scale_mode, rounding), BPP=bpp, EVEN=n_blocks % bpp == 0,
+                  GS_PER_ROW=per_row, PACK=pack, BF16_BY_BITS=interpret and x.dtype == torch.bfloat16)
+    k = kernels(interpret).quantize_kernel
+    _launch(k, n_blocks, bpp, (x, codes, scales, gs_t, n_blocks, per_gs), consts, interpret, num_warps)
+    return codes, scales
+
+
+def dequantize(codes: torch.Tensor, scales: torch.Tensor, gs, fmt: str, packed: bool, dtype: torch.dtype, *,
+               tile_elems=None, num_warps=None):
+    spec = get_format(fmt)
+    interpret = codes.device.type == "cpu"
+    K = scales.shape[-1] * spec.block_size
+    y = torch.empty(*codes.shape[:-1], K, dtype=dtype, device=codes.device)
+    n_blocks = scales.numel()
+    if n_blocks == 0:
+        return y
+    bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
+    gs_t, per_gs, per_row = _gs_args(gs, n_blocks, scales)
+    consts = dict(kernel_constants(spec.name), BPP=bpp, EVEN=n_blocks % bpp == 0, GS_PER_ROW=per_row,
+                  PACKED=bool(packed), BF16_BY_BITS=interpret and dtype == torch.bfloat16)
+    k = kernels(interpret).dequantize_kernel
+    _launch(k, n_blocks, bpp, (codes, scales, gs_t, y, n_blocks, per_gs), consts, interpret, num_warps)
+    return y

@@ -1,0 +1,221 @@
+"""Triton kernels == the torch reference, bit for bit (CPU, Triton interpreter).
+
+backend="triton" on CPU tensors runs the kernels in the Triton interpreter
+(harness.kernels.loader loads an interpreted copy of the kernel source, so no
+TRITON_INTERPRET set-up is needed). Shapes stay tiny: the interpreter costs
+about 20 ms a launch. Zero tolerance: bit patterns compared, NaN == NaN,
+-0.0 != +0.0.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import harness.formats as hf
+import harness.kernels as hk
+import harness.strategies as hs
+from suites.properties._util import assert_bitwise_equal
+
+FMTS = hf.FORMAT_NAMES
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _options(fmt, mode, gs):
+    """The reference accepts scale modes for MX only and a global scale for nvfp4 only."""
+    spec = hf.FORMATS[fmt]
+    return (mode if spec.is_mx else "floor"), (None if spec.is_mx else gs)
+
+
+def check_all_kernels(x, fmt, mode, rounding, gs, backend="triton"):
+    """qdq, quantize (codes, packed) and dequantize of one input vs the reference."""
+    spec = hf.FORMATS[fmt]
+    where = f"{fmt} {mode} {rounding} gs={gs} {x.dtype} {tuple(x.shape)}"
+    want = hf.quantize(x, fmt, mode, rounding, gs)
+    assert_bitwise_equal(hk.qdq(x, fmt, mode, rounding, gs, backend=backend), hf.dequantize(want, x.dtype), "qdq " + where)
+    got = hk.quantize(x, fmt, mode, rounding, gs, backend=backend)
+    assert torch.equal(got.codes, want.codes), "codes " + where
+    assert torch.equal(got.scales, want.scales), "scales " + where
+    assert (got.global_scale is None) == (want.global_scale is None)
+    if spec.is_fp4:
+        packed, scales = hk.quantize_packed(x, fmt, mode, rounding, gs, backend=backend)
+        assert torch.equal(packed, hf.pack_fp4(want.codes)), "packed " + where
+        assert torch.equal(scales, want.scales)
+    for dtype in (x.dtype, torch.float32):
+        assert_bitwise_equal(hk.dequantize(want, dtype, backend=backend), hf.dequantize(want, dtype), f"dequantize->{dtype} " + where)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@given(data=st.data())
+def test_kernels_match_reference(fmt, data):
+    case = data.draw(hs.block_tensors(fmt, allow_nan_inf=True, max_rows=3, max_blocks=3), label="case")
+    mode, gs = _options(fmt, data.draw(hs.scale_modes(), label="mode"), data.draw(hs.global_scales(), label="gs"))
+    rounding = data.draw(hs.roundings(), label="rounding")
+    x = case.x
+    if data.draw(st.booleans(), label="3d"):  # any leading shape
+        x = x.reshape(1, *x.shape)
+    check_all_kernels(x, fmt, mode, rounding, gs)
+
+
+@given(data=st.data())
+def test_nvfp4_global_scale_per_row_group(data):
+    """One global scale per leading row group ([G, 1] for x [G, R, K]), and a
+    scale that varies along the second leading dim ([R] for x [G, R, K])."""
+    case = data.draw(hs.block_tensors("nvfp4", allow_nan_inf=True, max_rows=4, max_blocks=2), label="case")
+    groups = data.draw(st.sampled_from([1, 2]), label="groups")
+    x = case.x.repeat(groups, 1).reshape(groups, case.x.shape[0], case.x.shape[1])
+    if data.draw(st.booleans(), label="per expert"):
+        shape = (groups, 1)
+    else:
+        shape = (x.shape[1],)
+    n = math.prod(shape)
+    vals = data.draw(st.lists(hs.global_scales(allow_none=False), min_size=n, max_size=n), label="gs")
+    gs = torch.tensor(vals, dtype=torch.float32).reshape(shape)
+    check_all_kernels(x, "nvfp4", "floor", data.draw(hs.roundings(), label="rounding"), gs)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@given(data=st.data())
+def test_dequantize_any_bytes(fmt, data):
+    """Every code byte (NaN / Inf codes included) and every scale byte (E8M0
+    0xFF, E4M3 NaN and negative scales included) decodes like the reference."""
+    spec = hf.FORMATS[fmt]
+    rows = data.draw(st.integers(1, 3), label="rows")
+    nb = data.draw(st.integers(1, 2), label="blocks")
+    n = rows * nb * spec.block_size
+    codes = data.draw(st.lists(st.integers(0, (1 << spec.element.width) - 1), min_size=n, max_size=n), label="codes")
+    scales = data.draw(st.lists(st.integers(0, 255), min_size=rows * nb, max_size=rows * nb), label="scales")
+    gs = None if spec.is_mx else torch.tensor(data.draw(hs.global_scales(allow_none=False), label="gs"))
+    q = hf.QuantizedTensor(
+        codes=torch.tensor(codes, dtype=torch.uint8).reshape(rows, nb * spec.block_size),
+        scales=torch.tensor(scales, dtype=torch.uint8).reshape(rows, nb),
+        global_scale=gs,
+        fmt=fmt,
+    )
+    dtype = data.draw(hs.dtypes(DTYPES), label="dtype")
+    assert_bitwise_equal(hk.dequantize(q, dtype, backend="triton"), hf.dequantize(q, dtype), f"{fmt} {dtype}")
+
+
+def _fit(row, n):
+    """Exactly n values: evenly spaced picks from a long row, a short row cycled."""
+    return [row[(i * len(row)) // n] if len(row) >= n else row[i % len(row)] for i in range(n)]
+
+
+def _corner_tensor(fmt: str, dtype) -> torch.Tensor:
+    """Blocks of hand-picked corners: ties between every pair of adjacent codes
+    (anchored by max_normal so the block scale makes them exact ties), values
+    at and past max_normal, signed zeros, the 'even' scale thresholds, huge and
+    tiny blocks, NaN and Inf."""
+    spec = hf.FORMATS[fmt]
+    B, el, m = spec.block_size, spec.element, spec.max_normal
+    vals = sorted({abs(hf.decode_value(el, c)) for c in range(el.sign_bit)} - {math.inf})
+    vals = [v for v in vals if math.isfinite(v)]
+    ties = [(a + b) / 2 for a, b in zip(vals, vals[1:])]
+    rows = []
+    for e in (-20, 0, 7):
+        row = _fit([t * (-1) ** i for i, t in enumerate(ties)], B - 1) + [m]
+        rows.append([math.ldexp(v, e) for v in row])
+    rows.append(_fit([m, -m * 1.5, m * 1.0625, -0.0, 0.0, m / 3, m * 0.99, -m * 0.51], B))
+    rows.append(_fit([-0.0, 0.0], B))
+    rows.append(_fit([1.0, math.ldexp(1.75, 3), math.ldexp(1.9375, -2), math.ldexp(1.875, 5), 7.0, 448.0, 1e-30], B))
+    rows.append(_fit([3e38, -1.5e38, 1.0, 2.0**-126], B))
+    rows.append(_fit([math.nan, 1.0, -2.0, 0.5], B))
+    rows.append(_fit([math.inf, 1.0, -3.0, 0.25], B))
+    return torch.tensor(rows, dtype=torch.float64).to(torch.float32).to(dtype)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_every_mode_rounding_dtype_on_corners(fmt):
+    """The full product of scale modes x roundings x input dtypes on the corner
+    tensor (hypothesis draws these at random; this makes every combination run)."""
+    spec = hf.FORMATS[fmt]
+    modes = hf.SCALE_MODES if spec.is_mx else ("floor",)
+    for mode, rounding, dtype in itertools.product(modes, hf.ROUNDINGS, DTYPES):
+        x = _corner_tensor(fmt, dtype)
+        gs = None if spec.is_mx else 2688.0 / 7.25
+        check_all_kernels(x, fmt, mode, rounding, gs)
+
+
+@given(data=st.data())
+def test_dequantize_weights_matches_reference(data):
+    fmt = data.draw(hs.formats(), label="fmt")
+    spec = hf.FORMATS[fmt]
+    E = data.draw(st.integers(1, 3), label="E")
+    case = data.draw(hs.block_tensors(fmt, dtypes=(torch.float32,), max_rows=2, max_blocks=2), label="w")
+    w = case.x.repeat(E, 1, 1) * torch.arange(1, E + 1, dtype=torch.float32).reshape(E, 1, 1)
+    gs = None
+    if not spec.is_mx:
+        vals = data.draw(st.lists(hs.global_scales(allow_none=False), min_size=E, max_size=E), label="gs")
+        gs = torch.tensor(vals, dtype=torch.float32)
+    mode = data.draw(hs.scale_modes(), label="mode") if spec.is_mx else "floor"
+    q = hf.quantize(w, fmt, mode, "rne", None if gs is None else gs.reshape(E, 1))
+    dtype = data.draw(hs.dtypes(DTYPES), label="dtype")
+    want = hf.dequantize(q, dtype)
+    stored = [q.codes] + ([hf.pack_fp4(q.codes)] if spec.is_fp4 else [])
+    for s in stored:
+        got = hk.dequantize_weights(s, q.scales, gs, fmt, dtype, backend="triton")
+        assert_bitwise_equal(got, want, f"{fmt} {dtype} stored {tuple(s.shape)}")
+
+
+def test_fp4_nibble_order():
+    """torchao's check: [0.0, 0.5, 4.0, -0.0] packs to 0b00010000, 0b10000110."""
+    x = torch.tensor([0.0, 0.5, 4.0, -0.0] * 8).reshape(1, 32) * 1.0
+    x[0, 4:] = 0.0
+    x[0, 31] = 6.0  # amax 6: scale 2^0 for mxfp4 floor
+    packed, _ = hk.quantize_packed(x, "mxfp4", backend="triton")
+    assert packed[0, :2].tolist() == [0b00010000, 0b10000110]
+
+
+def test_auto_backend_on_cpu_is_reference():
+    x = torch.randn(2, 64)
+    assert hk.resolve_backend("auto", x.device) == "torch"
+    assert_bitwise_equal(hk.qdq(x, "mxfp4"), hf.qdq(x, "mxfp4"))
+    with pytest.raises(ValueError, match="backend"):
+        hk.qdq(x, "mxfp4", backend="cuda")
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_errors_match_reference(backend):
+    x = torch.randn(2, 48)
+    for call in (
+        lambda f: f(x, "mxfp4"),  # K not a multiple of 32
+        lambda f: f(x[:, :32], "nvfp4", scale_mode="ceil"),
+        lambda f: f(x[:, :32], "mxfp4", global_scale=1.0),
+        lambda f: f(x[:, :32], "nvfp4", global_scale=-1.0),
+        lambda f: f(x[:, :32], "mxfp4", rounding="down"),
+    ):
+        with pytest.raises(ValueError) as ref:
+            call(hf.qdq)
+        with pytest.raises(ValueError) as got:
+            call(lambda *a, **k: hk.qdq(*a, **k, backend=backend))
+        assert str(got.value) == str(ref.value)
+
+
+def test_opcheck_cpu_interpreter():
+    x = torch.randn(2, 32)
+    gs = torch.tensor([100.0])
+    torch.library.opcheck(hk.qdq_op, (x, None, "mxfp4", "even", "away", "triton"))
+    torch.library.opcheck(hk.qdq_op, (x, gs, "nvfp4", "floor", "rne", "triton"))
+    torch.library.opcheck(hk.quantize_op, (x, gs, "nvfp4", "floor", "rne", True, "triton"))
+    codes, scales = hk.quantize_op(x, None, "mxfp6_e3m2", "floor", "rne", False, "triton")
+    torch.library.opcheck(hk.dequantize_op, (codes, scales, None, "mxfp6_e3m2", False, torch.bfloat16, "triton"))
+
+
+def test_compile_fullgraph_traces_the_ops():
+    """The public functions trace without graph breaks (aot_eager: no C++
+    toolchain needed on CPU; the GPU suite compiles with inductor)."""
+    torch._dynamo.reset()
+
+    def f(x, gs):
+        y = hk.qdq(x, "nvfp4", global_scale=gs, backend="triton")
+        p, s = hk.quantize_packed(y, "mxfp4", backend="triton")
+        return hk.dequantize_weights(p.unsqueeze(0), s.unsqueeze(0), None, "mxfp4", torch.float32, backend="triton")
+
+    x = torch.randn(2, 64)
+    gs = torch.tensor(50.0)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, gs)
+    assert_bitwise_equal(got, f(x, gs))
