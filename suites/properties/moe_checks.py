@@ -608,13 +608,16 @@ def check_shared_config(problem, t=None, cfg=None):
     """Two experts objects built from one config give identical outputs, and
     building them leaves the config untouched."""
     if t is None:
-        t, _, cfg, _ = setup(problem)
+        t = problem.tensors()
+        cfg = load_config(problem, t)
     before = _snapshot(cfg)
-    m1 = make_moe(problem, cfg)
-    m2 = make_moe(problem, cfg)
+    try:
+        o1 = run(make_moe(problem, cfg), t)
+        o2 = run(make_moe(problem, cfg), t)
+    except Exception as exc:
+        raise AssertionError(f"a second experts object built from the same config fails: {type(exc).__name__}: {exc}") from exc
     diffs = _same_snapshot(before, _snapshot(cfg))
     assert not diffs, f"building experts modified the shared quant config: {diffs}"
-    o1, o2 = run(m1, t), run(m2, t)
     from suites.properties._util import assert_bitwise_equal
 
     assert_bitwise_equal(o2, o1, "second experts object built from the same config")
@@ -768,9 +771,12 @@ def check_conversion_every_backend(device="cpu"):
         layer = MinimalMoELayer()
         layer.w13_weight = torch.nn.Parameter(d["w13_weight"], requires_grad=False)
         layer.w2_weight = torch.nn.Parameter(d["w2_weight"], requires_grad=False)
-        out = H.convert_to_nvfp4_moe_kernel_format(
-            layer, d["w13_weight"], d["w13_weight_scale"], d["w13_weight_scale_2"], d["w2_weight"],
-            d["w2_weight_scale"], d["w2_weight_scale_2"], d["w13_input_scale"], d["w2_input_scale"], backend)
+        try:
+            out = H.convert_to_nvfp4_moe_kernel_format(
+                layer, d["w13_weight"], d["w13_weight_scale"], d["w13_weight_scale_2"], d["w2_weight"],
+                d["w2_weight_scale"], d["w2_weight_scale_2"], d["w13_input_scale"], d["w2_input_scale"], backend)
+        except Exception as exc:
+            raise AssertionError(f"nvfp4 conversion, backend {backend.name}, minimal layer: {type(exc).__name__}: {exc}") from exc
         wrong = [(p, str(x.device)) for p, x in tensors_reachable(out, depth=4) if x.device != d["w13_weight"].device]
         assert not wrong, f"nvfp4 {backend}: converted tensors off the weights' device: {wrong[:4]}"
         ran.append(("nvfp4", backend))
@@ -782,8 +788,11 @@ def check_conversion_every_backend(device="cpu"):
             p = MoEProblem(name, 2, 1, 32, 32, 2, 0)
             t = p.tensors()
             c = {k: v.to(device) for k, v in checkpoint_tensors(p, t, truth_of(p, t)).items()}
-            out = H.convert_to_ocp_mx_moe_kernel_format(layer, c["w13_weight"], c["w13_weight_scale"], c["w2_weight"],
-                                                       c["w2_weight_scale"], backend, scheme=name)
+            try:
+                out = H.convert_to_ocp_mx_moe_kernel_format(layer, c["w13_weight"], c["w13_weight_scale"], c["w2_weight"],
+                                                           c["w2_weight_scale"], backend, scheme=name)
+            except Exception as exc:
+                raise AssertionError(f"{name} conversion, backend {backend.name}, minimal layer: {type(exc).__name__}: {exc}") from exc
             wrong = [(pp, str(x.device)) for pp, x in tensors_reachable(out, depth=4) if x.device != c["w13_weight"].device]
             assert not wrong, f"{name} {backend}: converted tensors off the weights' device: {wrong[:4]}"
             ran.append((name, backend))
@@ -797,10 +806,16 @@ def check_create_weights_every_scheme(device="cpu"):
     for name in H.SCHEME_NAMES:
         for backend in H.MoEBackend:
             layer = MinimalMoELayer()
-            H.create_moe_weights(layer, name, 2, 32, 32, backend, emulation=True, device=device)
+            try:
+                H.create_moe_weights(layer, name, 2, 32, 32, backend, emulation=True, device=device)
+            except Exception as exc:
+                raise AssertionError(f"{name} x {backend.name}: create_moe_weights raised {type(exc).__name__}: {exc}") from exc
             for attr in ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale"):
                 assert hasattr(layer, attr), f"{name} x {backend.name}: create_moe_weights did not create {attr}"
-            H.convert_layer_weights(layer, name, backend)
+            try:
+                H.convert_layer_weights(layer, name, backend)
+            except Exception as exc:
+                raise AssertionError(f"{name} x {backend.name}: weight post-processing raised {type(exc).__name__}: {exc}") from exc
     return {}
 
 
@@ -909,3 +924,91 @@ def examples(fraction: float, minimum: int = 3):
 
     n = settings.default.max_examples
     return settings(max_examples=max(minimum, int(n * fraction)))
+
+
+# =========================================================================== rounding of exact ties
+def tie_blocks(fmt: str, rows: int = 4, seed: int = 0):
+    """float32 [rows, 2 blocks] whose elements are EXACT midpoints between
+    adjacent element codes after scaling (k + 1/2 code steps), each block
+    anchored by +-max_normal so its scale is a known power of two; for nvfp4
+    use global_scale = 2^j (returned) so that s and gs/s are powers of two too.
+    Returns (x, global_scale or None)."""
+    spec = hf.FORMATS[fmt]
+    el = spec.element
+    vals = sorted({minifloat.decode_value(el, c) for c in range(el.sign_bit)} - {math.nan})
+    vals = [v for v in vals if math.isfinite(v)]
+    mids = torch.tensor([(a + b) / 2 for a, b in zip(vals, vals[1:])], dtype=F64)
+    g = torch.Generator().manual_seed(seed)
+    B = spec.block_size
+    n = rows * 2
+    pick = mids[torch.randint(0, len(mids), (n, B), generator=g)]
+    sign = torch.where(torch.rand(n, B, generator=g) < 0.5, -1.0, 1.0).double()
+    blk = pick * sign
+    blk[:, 0] = el.max_normal * sign[:, 0]
+    e = torch.randint(-3, 4, (n, 1), generator=g).double()
+    if spec.has_global_scale:
+        # amax = 6 * 2^e; gs = 2^j with j such that gs*amax/6 = 2^(j+e) is a normal E4M3.
+        gs = torch.tensor(2.0**3, dtype=F32)
+        x = blk * torch.pow(2.0, e)
+        return x.reshape(rows, 2 * B).to(F32), gs
+    x = blk * torch.pow(2.0, e)
+    return x.reshape(rows, 2 * B).to(F32), None
+
+
+def check_activation_qdq_ties(scheme_name: str, backends=("torch",)):
+    """On exact tie inputs, the layer's activation QDQ (the dispatcher, with
+    each op backend) equals the spec (round half to EVEN) bit for bit, and the
+    inputs really are ties (rounding half AWAY gives a different result)."""
+    scheme = ref.resolve_scheme(scheme_name)
+    if scheme.act_fmt is None or scheme.act_fmt == "fp8":
+        return {"skipped": True}
+    qi = quantize_input_module()
+    x, gs = tie_blocks(scheme.act_fmt)
+    kw = {} if gs is None else {"global_scale": gs}
+    mode = {} if gs is not None else {"scale_mode": scheme.scale_mode}
+    want = hf.qdq(x, scheme.act_fmt, rounding="rne", **mode, **kw)
+    away = hf.qdq(x, scheme.act_fmt, rounding="away", **mode, **kw)
+    assert not torch.equal(want, away), "tie inputs are not ties (test construction)"
+    for backend in backends:
+        got, _ = qi.moe_kernel_quantize_input(x, gs, scheme.quant_dtype, scale_mode=scheme.scale_mode, backend=backend)
+        from suites.properties._util import assert_bitwise_equal
+
+        assert_bitwise_equal(got, want, f"{scheme.name} activation QDQ on exact ties (backend {backend}) vs spec RNE")
+    return {}
+
+
+# =========================================================================== int64 offsets
+def check_fused_large_offsets(device="cpu", scheme_name="w_mxfp8", E=3, N=32, K=64):
+    """The fused dequant+GEMM addresses expert weights past 2^31 bytes
+    correctly. The weight codes of expert e live at e * S bytes with
+    S = 2^30 + 4096 in one large, mostly untouched allocation (virtual memory
+    only: pages that are never written are never committed), so expert 2
+    starts beyond 2^31: int32 offset arithmetic wraps there. Rows routed to the
+    last expert must equal x @ dequant(W[e]).T (float32 GEMM bound)."""
+    from harness.moe import fused
+
+    scheme = ref.resolve_scheme(scheme_name)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(E, N, K, generator=g)
+    q = hf.quantize(w, scheme.weight_fmt, scale_mode=scheme.scale_mode)
+    fw = fused.FusedWeights.from_quantized(q, None)
+    fw = dataclasses.replace(fw, data=fw.data.to(device), mult=fw.mult.to(device) if fw.mult is not None else None,
+                             mult_bf16=fw.mult_bf16.to(device) if fw.mult_bf16 is not None else None)
+    S = 2**30 + 4096
+    Kd = fw.data.shape[-1]
+    big = torch.empty(E * S, dtype=torch.uint8, device=device)
+    data = big.as_strided((E, N, Kd), (S, Kd, 1))
+    data.copy_(fw.data)
+    fw_big = dataclasses.replace(fw, data=data)
+    P = 8
+    x = hf.qdq(torch.randn(P, K, generator=g), "mxfp8_e4m3").to(device)
+    ids = torch.tensor([E - 1] * (P - 2) + [0, 1], dtype=torch.int64, device=device)
+    out = fused.moe_gemm(x, ids, fw_big, precision="ieee")
+    wd = ref.dequant_weight(q, None, scheme, "w")
+    want = torch.stack([x[p].cpu().double() @ wd[int(ids[p])].T for p in range(P)])
+    tol = 2 * gamma(K) * torch.stack([x[p].cpu().double().abs() @ wd[int(ids[p])].abs().T for p in range(P)]) + 2.0**-140
+    err = (out.cpu().double() - want).abs()
+    bad = ~(err <= tol)
+    assert not bool(bad.any()), _describe_mismatch(f"fused GEMM with expert offsets up to {(E - 1) * S} bytes",
+                                                   out.cpu(), want, tol, bad)
+    return {"max_offset": (E - 1) * S}

@@ -91,3 +91,14 @@ def torchao_codes(x: torch.Tensor, fmt: str, mode: str):
 def amax_exponent(x: torch.Tensor, block: int) -> torch.Tensor:
     a = x.to(torch.float32).reshape(-1, block).abs().amax(-1)
     return torch.where(a > 0, torch.floor(torch.log2(a.to(torch.float64))), torch.full_like(a, -math.inf, dtype=torch.float64))
+
+
+def rceil_log2_rounds_down(x: torch.Tensor, fmt: str) -> torch.Tensor:
+    """Blocks where amax / max_normal (float32) is above a power of two but its
+    float32 log2 is an integer: torchao's eager RCEIL lands one binade low."""
+    spec = hf.FORMATS[fmt]
+    a = x.to(torch.float32).reshape(-1, spec.block_size).abs().amax(-1)
+    d = a / spec.max_normal
+    l2 = torch.log2(d)
+    above_pow2 = (d.view(torch.int32) & 0x7FFFFF) != 0
+    return (d > 0) & torch.isfinite(d) & above_pow2 & (l2 == torch.floor(l2))

@@ -27,6 +27,10 @@ def test_matches_torchao_bitwise(fmt, mode, data):
         # torchao EVEN gives a NaN scale when amax rounds past 2^127 (NUMERICS.md);
         # the reference clamps to 254. Outside that corner they must agree.
         assume(bool((oracles.amax_exponent(case.x, 32) < 127).all()))
+    if mode == "rceil":
+        # torchao's eager RCEIL takes ceil(float32 log2(amax / max_normal)); log2
+        # rounds to an integer just above a power of two (see the test below).
+        assume(not bool(oracles.rceil_log2_rounds_down(case.x, fmt).any()))
     ao_scales, ao_codes = oracles.torchao_codes(case.x, fmt, mode)
     q = hf.quantize(case.x, fmt, mode, "rne")
     assert torch.equal(q.scales, ao_scales), f"scales {q.scales.tolist()} vs torchao {ao_scales.tolist()}"
@@ -77,3 +81,16 @@ def test_torchao_divergence_in_byte_zero_blocks():
     assert int(q.scales[0, 0]) == 0 and hf.dequantize(q)[0, 0] == 2.0**-127
     _, ao_codes = oracles.torchao_codes(x, "mxfp4", "floor")
     assert int(ao_codes[0, 0]) == 1  # torchao: 0.5 x 2^-127, half the input
+
+
+def test_torchao_rceil_float32_log2_divergence():
+    """torchao 0.18's eager RCEIL computes ceil(log2(descale)) in float32; for
+    descale = fl(96 + 1 ulp) / 6 = 16 + 1 ulp, float32 log2 returns exactly 4.0, so it picks
+    2^4 and the element saturates. The reference takes the smallest n with
+    amax <= max_normal * 2^n (what the cvt.rp.ue8m0 instruction it cites does
+    on the float32 quotient): 2^5."""
+    x = torch.full((1, 32), 6.0 * (1 + 2.0**-23), dtype=torch.float32) * 16  # 96 + 1 ulp
+    assert bool(oracles.rceil_log2_rounds_down(x, "mxfp4").all())
+    ao_scales, _ = oracles.torchao_codes(x, "mxfp4", "rceil")
+    assert int(ao_scales[0, 0]) == 127 + 4
+    assert int(hf.quantize(x, "mxfp4", "rceil").scales[0, 0]) == 127 + 5

@@ -31,22 +31,32 @@ def _options(fmt, mode, gs):
     return (mode if spec.is_mx else "floor"), (None if spec.is_mx else gs)
 
 
-def check_all_kernels(x, fmt, mode, rounding, gs, backend="triton"):
-    """qdq, quantize (codes, packed) and dequantize of one input vs the reference."""
+def check_all_kernels(x, fmt, mode, rounding, gs, backend="triton", device="cpu"):
+    """qdq, quantize (codes, packed) and dequantize of one input vs the
+    reference. The kernels run on `device`; the reference always runs on CPU
+    (the oracle), and results are compared there."""
     spec = hf.FORMATS[fmt]
     where = f"{fmt} {mode} {rounding} gs={gs} {x.dtype} {tuple(x.shape)}"
     want = hf.quantize(x, fmt, mode, rounding, gs)
-    assert_bitwise_equal(hk.qdq(x, fmt, mode, rounding, gs, backend=backend), hf.dequantize(want, x.dtype), "qdq " + where)
-    got = hk.quantize(x, fmt, mode, rounding, gs, backend=backend)
-    assert torch.equal(got.codes, want.codes), "codes " + where
-    assert torch.equal(got.scales, want.scales), "scales " + where
+    xd = x.to(device)
+    gsd = gs.to(device) if isinstance(gs, torch.Tensor) else gs
+    got_y = hk.qdq(xd, fmt, mode, rounding, gsd, backend=backend).cpu()
+    assert_bitwise_equal(got_y, hf.dequantize(want, x.dtype), "qdq " + where)
+    got = hk.quantize(xd, fmt, mode, rounding, gsd, backend=backend)
+    assert torch.equal(got.codes.cpu(), want.codes), "codes " + where
+    assert torch.equal(got.scales.cpu(), want.scales), "scales " + where
     assert (got.global_scale is None) == (want.global_scale is None)
     if spec.is_fp4:
-        packed, scales = hk.quantize_packed(x, fmt, mode, rounding, gs, backend=backend)
-        assert torch.equal(packed, hf.pack_fp4(want.codes)), "packed " + where
-        assert torch.equal(scales, want.scales)
+        packed, scales = hk.quantize_packed(xd, fmt, mode, rounding, gsd, backend=backend)
+        assert torch.equal(packed.cpu(), hf.pack_fp4(want.codes)), "packed " + where
+        assert torch.equal(scales.cpu(), want.scales)
+    qd = hf.QuantizedTensor(
+        codes=want.codes.to(device), scales=want.scales.to(device),
+        global_scale=None if want.global_scale is None else want.global_scale.to(device), fmt=fmt,
+    )
     for dtype in (x.dtype, torch.float32):
-        assert_bitwise_equal(hk.dequantize(want, dtype, backend=backend), hf.dequantize(want, dtype), f"dequantize->{dtype} " + where)
+        assert_bitwise_equal(hk.dequantize(qd, dtype, backend=backend).cpu(), hf.dequantize(want, dtype),
+                             f"dequantize->{dtype} " + where)
 
 
 @pytest.mark.parametrize("fmt", FMTS)
