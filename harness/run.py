@@ -13,6 +13,7 @@ Sections (in order; each may be skipped with --skip, or chosen with --only):
 from __future__ import annotations
 
 import importlib
+import json
 import platform
 import sys
 import time
@@ -57,10 +58,18 @@ RUNNERS = {
 }
 
 
+def _brief(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(report.to_jsonable(v), separators=(",", ":"))[:40]
+    return str(v)
+
+
 def _print_row(section: str, r: dict):
     status = "PASS" if r.get("passed") else ("SKIP" if r.get("skipped") else "FAIL")
     details = r.get("details") or {}
-    brief = ", ".join(f"{k}={report._format_value(v)}" for k, v in list(details.items())[:4])
+    brief = ", ".join(f"{k}={_brief(v)}" for k, v in list(details.items())[:4])
     print(f"{status:4}  {section:8}  {r['name']:<48} {brief}", flush=True)
 
 
