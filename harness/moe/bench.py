@@ -91,6 +91,7 @@ def _target_met(target, ms, bf16_ms):
 
 def run(args) -> dict:
     from . import build_emulated_moe, calibrate_activation_scales  # noqa: PLC0415
+    from . import fused as _fused  # noqa: PLC0415
     from .graphs import capture_forward  # noqa: PLC0415
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -118,19 +119,25 @@ def run(args) -> dict:
             prec = moe.experts._precision(device)
             for T, (x, lg) in inputs.items():
                 target = TARGETS.get((shape, T))
-                with torch.no_grad():
-                    ms = _time(lambda: moe(x, lg), args.iters, args.warmup, device)
-                rows.append({"shape": shape, "T": T, "scheme": scheme, "path": f"fused eager ({prec})", "ms": ms,
-                             "vs_bf16": ms / bf16_ms[T], "target": target,
-                             "target_met": _target_met(target, ms, bf16_ms[T])})
-                if device.type == "cuda" and not args.no_graph:
+                modes = ["fused"]
+                if device.type == "cuda" and T * k >= _fused.PREDEQUANT_MIN_ROWS_PER_EXPERT * E:
+                    modes.append("predequant")  # what mode "auto" picks here
+                for mode in modes:
+                    moe.experts.fused_mode = mode
                     with torch.no_grad():
-                        replay, _ = capture_forward(moe, x.clone(), lg.clone())
-                        gms = _time(replay, args.iters, args.warmup, device)
-                    del replay
-                    rows.append({"shape": shape, "T": T, "scheme": scheme, "path": f"fused graph ({prec})",
-                                 "ms": gms, "vs_bf16": gms / bf16_ms[T], "target": target,
-                                 "target_met": _target_met(target, gms, bf16_ms[T])})
+                        ms = _time(lambda: moe(x, lg), args.iters, args.warmup, device)
+                    rows.append({"shape": shape, "T": T, "scheme": scheme, "path": f"{mode} eager ({prec})",
+                                 "ms": ms, "vs_bf16": ms / bf16_ms[T], "target": target,
+                                 "target_met": _target_met(target, ms, bf16_ms[T])})
+                    if device.type == "cuda" and not args.no_graph:
+                        with torch.no_grad():
+                            replay, _ = capture_forward(moe, x.clone(), lg.clone())
+                            gms = _time(replay, args.iters, args.warmup, device)
+                        del replay
+                        rows.append({"shape": shape, "T": T, "scheme": scheme, "path": f"{mode} graph ({prec})",
+                                     "ms": gms, "vs_bf16": gms / bf16_ms[T], "target": target,
+                                     "target_met": _target_met(target, gms, bf16_ms[T])})
+                moe.experts.fused_mode = "auto"
             del moe
             if device.type == "cuda":
                 torch.cuda.empty_cache()

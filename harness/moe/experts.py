@@ -55,7 +55,8 @@ class ExpertsBase(torch.nn.Module):
     expects_unquantized_inputs: bool = True
 
     def __init__(self, quant_config: Optional[MoEQuantConfig], *, backend: str = "unfused",
-                 op_backend: str = "auto", fused_precision: str = "auto", kernel_weights=None):
+                 op_backend: str = "auto", fused_precision: str = "auto", fused_mode: str = "auto",
+                 kernel_weights=None):
         super().__init__()
         if backend not in BACKENDS:
             raise ValueError(f"unknown experts backend {backend!r}; expected one of {', '.join(BACKENDS)}")
@@ -63,6 +64,7 @@ class ExpertsBase(torch.nn.Module):
         self.backend = backend
         self.op_backend = op_backend
         self.fused_precision = fused_precision
+        self.fused_mode = fused_mode
         if quant_config is not None:
             self.scheme = quant_config.scheme
             self.a1_scale = quant_config.a1_scale
@@ -122,7 +124,7 @@ class ExpertsBase(torch.nn.Module):
             if self.scheme.is_nvfp4:
                 a_gscale = self.a1_input_scale() if which == 0 else self.a2_input_scale()
             return fused.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
-                                  a_gscale=a_gscale)
+                                  a_gscale=a_gscale, mode=self.fused_mode)
         return _grouped_gemm_unfused(x, ids, w_unfused[which])
 
     def _precision(self, device) -> str:

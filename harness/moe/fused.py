@@ -90,7 +90,9 @@ def _moe_gemm_kernel(
         kmask = offs_k < K
         wmask = nmask[:, None] & kmask[None, :]
         if KIND == 0:
-            wv = tl.load(w_base + offs_k[None, :], mask=wmask, other=0.0).to(tl.float32)
+            wv = tl.load(w_base + offs_k[None, :], mask=wmask, other=0.0)
+            if not BF16:
+                wv = wv.to(tl.float32)
         else:
             if PACKED:  # one byte holds k = 2i (low nibble) and 2i + 1 (high nibble)
                 if PACK_JOIN:
@@ -261,16 +263,26 @@ def _fmt_constexprs(fw: FusedWeights) -> dict:
 # bitwise except FAST_DECODE, which is exact where denormals are preserved
 # (checked by fused_dequantize on the device).
 GPU_CONFIGS = {
-    "small": dict(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3, FAST_DECODE=False, MULT_BCAST=True,
+    "small": dict(BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, FAST_DECODE=True, MULT_BCAST=True,
                   PACK_JOIN=True),
-    "large": dict(BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, FAST_DECODE=False, MULT_BCAST=True,
+    "large": dict(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, FAST_DECODE=True, MULT_BCAST=True,
                   PACK_JOIN=True),
+    # grouped GEMM over already-dequantized (bf16) weights, mode "predequant"
+    "large_float": dict(BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
+    # the dequant-only pass of mode "predequant"
+    "dequant": dict(BLOCK_N=32, BLOCK_K=256, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
+                    PACK_JOIN=True),
 }
+# mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows
+PREDEQUANT_MIN_ROWS_PER_EXPERT = 128
 INTERP_CONFIG = dict(BLOCK_N=16, BLOCK_K=32)
 
 
-def launch_config(bm: int, interpret: bool, override: Optional[dict] = None) -> dict:
-    cfg = dict(INTERP_CONFIG) if interpret else dict(GPU_CONFIGS["small" if bm < 64 else "large"])
+def launch_config(bm: int, interpret: bool, override: Optional[dict] = None, kind: Optional[str] = None) -> dict:
+    if interpret:
+        cfg = dict(INTERP_CONFIG)
+    else:
+        cfg = dict(GPU_CONFIGS[kind or ("small" if bm < 64 else "large")])
     cfg.update(override or {})
     if interpret:
         for k in ("num_warps", "num_stages"):
@@ -278,20 +290,37 @@ def launch_config(bm: int, interpret: bool, override: Optional[dict] = None) -> 
     return cfg
 
 
+MODES = ("auto", "fused", "predequant")
+
+
 def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
              a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
-             config: Optional[dict] = None) -> torch.Tensor:
+             config: Optional[dict] = None, mode: str = "auto") -> torch.Tensor:
     """x [P, K] float32 (pair rows), ids [P] int64 expert of each row -> [P, N]
-    float32 = x[p] @ W[ids[p]].T with the fused dequant. precision "bf16" with
-    nvfp4 needs a_gscale (the encode-side global scale x was QDQ'd with)."""
+    float32 = x[p] @ W[ids[p]].T. precision "bf16" with nvfp4 needs a_gscale
+    (the encode-side global scale x was QDQ'd with).
+
+    mode "fused": dequant inside the GEMM's K loop (each weight tile is decoded
+    once per BLOCK_M rows of its expert). "predequant": the same kernel's
+    dequant path first writes the weights once into a scratch [E, N, K]
+    (bf16 for precision "bf16" -- exact, see the contract -- else float32),
+    then the grouped GEMM runs on it: identical operand values, so contract (2)
+    holds unchanged; it pays off when experts get many rows. "auto": predequant
+    on GPU when rows per expert >= PREDEQUANT_MIN_ROWS_PER_EXPERT, else fused."""
     if precision not in ("ieee", "bf16"):
         raise ValueError(f"precision must be 'ieee' or 'bf16' here, got {precision!r}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     P, K = x.shape
     if K != fw.K:
         raise ValueError(f"x has K={K}, weights K={fw.K}")
     out = torch.empty(P, fw.N, dtype=torch.float32, device=x.device)
     if P == 0:
         return out
+    interpret = x.device.type != "cuda"
+    if mode == "auto":
+        many = P >= PREDEQUANT_MIN_ROWS_PER_EXPERT * fw.E
+        mode = "predequant" if (not interpret and fw.kind == 1 and many) else "fused"
     bf16 = precision == "bf16"
     mult, post = (fw.mult_bf16, fw.post_bf16) if bf16 else (fw.mult, None)
     xk = x.to(torch.float32)
@@ -306,37 +335,51 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
     xk = xk.contiguous()
     bm = block_m or _block_m(P, fw.E)
     rows, block_expert = sort_pairs(ids.to(torch.int64), fw.E, bm)
-    interpret = x.device.type != "cuda"
-    cfg = launch_config(bm, interpret, config)
+    run_fw, cfg_kind = fw, None
+    if mode == "predequant" and fw.kind == 1:
+        scratch = _dequantize(fw, torch.bfloat16 if bf16 else torch.float32, mult)
+        run_fw = FusedWeights(0, scratch, None, None, None, None, fw.E, fw.N, fw.K)
+        mult, cfg_kind = None, ("large_float" if bm >= 64 else "small")
+    cfg = launch_config(bm, interpret, config, cfg_kind)
+    if run_fw.kind == 0:
+        for flag in ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN"):
+            cfg.pop(flag, None)
     grid = (block_expert.shape[0], triton.cdiv(fw.N, cfg["BLOCK_N"]))
     dummy = out
     _kernel(interpret)[grid](
-        xk, rows, block_expert, fw.data, mult if mult is not None else dummy, post if post is not None else dummy,
+        xk, rows, block_expert, run_fw.data, mult if mult is not None else dummy,
+        post if post is not None else dummy,
         out, fw.N, K, xk.stride(0), out.stride(0),
-        fw.data.stride(0), fw.data.stride(1), mult.stride(0) if mult is not None else 0,
+        run_fw.data.stride(0), run_fw.data.stride(1), mult.stride(0) if mult is not None else 0,
         mult.stride(1) if mult is not None else 0,
-        KIND=fw.kind, BF16=bf16, HAS_POST=post is not None, DEQUANT_ONLY=False,
-        BLOCK_M=bm, **_fmt_constexprs(fw), **cfg,
+        KIND=run_fw.kind, BF16=bf16, HAS_POST=post is not None, DEQUANT_ONLY=False,
+        BLOCK_M=bm, **_fmt_constexprs(run_fw), **cfg,
+    )
+    return out
+
+
+def _dequantize(fw: FusedWeights, dtype: torch.dtype, mult: Optional[torch.Tensor],
+                config: Optional[dict] = None) -> torch.Tensor:
+    out = torch.empty(fw.E, fw.N, fw.K, dtype=dtype, device=fw.device)
+    interpret = fw.device.type != "cuda"
+    cfg = launch_config(16, interpret, config, None if interpret else "dequant")
+    if interpret:
+        cfg.update(BLOCK_N=16, BLOCK_K=32)
+    grid = (fw.E, triton.cdiv(fw.N, cfg["BLOCK_N"]))
+    m = mult if mult is not None else out
+    _kernel(interpret)[grid](
+        out, out, out, fw.data, m, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
+        fw.data.stride(0), fw.data.stride(1), m.stride(0) if mult is not None else 0,
+        m.stride(1) if mult is not None else 0,
+        KIND=fw.kind, BF16=False, HAS_POST=False, DEQUANT_ONLY=True,
+        BLOCK_M=16, **_fmt_constexprs(fw), **cfg,
     )
     return out
 
 
 def fused_dequantize(fw: FusedWeights, config: Optional[dict] = None) -> torch.Tensor:
     """The kernel's dequant path alone: [E, N, K] float32 (bit-exact contract)."""
-    out = torch.empty(fw.E, fw.N, fw.K, dtype=torch.float32, device=fw.device)
-    interpret = fw.device.type != "cuda"
-    cfg = launch_config(16, interpret, config)
-    cfg.update(BLOCK_N=16, BLOCK_K=32)
-    grid = (fw.E, triton.cdiv(fw.N, 16))
-    mult = fw.mult if fw.mult is not None else out
-    _kernel(interpret)[grid](
-        out, out, out, fw.data, mult, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
-        fw.data.stride(0), fw.data.stride(1), mult.stride(0) if fw.mult is not None else 0,
-        mult.stride(1) if fw.mult is not None else 0,
-        KIND=fw.kind, BF16=False, HAS_POST=False, DEQUANT_ONLY=True,
-        BLOCK_M=16, **_fmt_constexprs(fw), **cfg,
-    )
-    return out
+    return _dequantize(fw, torch.float32, fw.mult, config)
 
 
 def c_prec(scheme, precision: str) -> float:

@@ -129,6 +129,8 @@ def main(argv=None) -> int:
     p.add_argument("out")
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--tune", action="store_true", help="measure launch configs first and use the best")
+    p.add_argument("--steps", default="checks,gemm,int64,bench,capture",
+                   help="comma list of checks,gemm,int64,tune_predequant,bench,capture")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -150,13 +152,23 @@ def main(argv=None) -> int:
                 fused.GPU_CONFIGS[cls] = dict(cfg)
         res["gpu_configs_used"] = fused.GPU_CONFIGS
 
-    _guard(res, "run_checks", lambda: run_checks(0, dev))
-    _dump(out, "smoke.json", res)
-    _guard(res, "gemm_contract", lambda: gemm_contract(dev))
-    _dump(out, "smoke.json", res)
-    _guard(res, "int64_offsets", lambda: int64_offsets(dev))
-    _dump(out, "smoke.json", res)
-    if not a.skip_bench:
+    steps = set(a.steps.split(","))
+    if "tune_predequant" in steps:
+        from harness.moe import fused, tune  # noqa: PLC0415
+
+        _guard(res, "tune_predequant", lambda: tune.tune_predequant(dev))
+        res["gpu_configs_used"] = fused.GPU_CONFIGS
+        _dump(out, "smoke.json", res)
+    if "checks" in steps:
+        _guard(res, "run_checks", lambda: run_checks(0, dev))
+        _dump(out, "smoke.json", res)
+    if "gemm" in steps:
+        _guard(res, "gemm_contract", lambda: gemm_contract(dev))
+        _dump(out, "smoke.json", res)
+    if "int64" in steps:
+        _guard(res, "int64_offsets", lambda: int64_offsets(dev))
+        _dump(out, "smoke.json", res)
+    if not a.skip_bench and "bench" in steps:
         from harness.moe import bench  # noqa: PLC0415
 
         for shape in ("qwen3-30b-a3b", "mixtral"):
@@ -167,8 +179,9 @@ def main(argv=None) -> int:
             _dump(out, "smoke.json", res)
             if "results" in res.get(f"bench.{shape}", {}):
                 (out / f"bench-{shape}.md").write_text(bench.markdown(res[f"bench.{shape}"]))
-    _guard(res, "capture_compile", lambda: capture_and_compile(dev))
-    _dump(out, "smoke.json", res)
+    if "capture" in steps:
+        _guard(res, "capture_compile", lambda: capture_and_compile(dev))
+        _dump(out, "smoke.json", res)
     return 0
 
 

@@ -91,14 +91,18 @@ def build_quant_config(scheme, w13, w2, *, a1_gscale=None, a2_gscale=None, a1_sc
 def build_emulated_moe(scheme, w13: torch.Tensor, w2: torch.Tensor, *, top_k: int, renormalize: bool = True,
                        scoring: str = "softmax", activation: str = "silu", a1_gscale=None, a2_gscale=None,
                        backend: str = "unfused", op_backend: str = "auto",
-                       fused_precision: str = "auto") -> FusedMoE:
+                       fused_precision: str = "auto", fused_mode: str = "auto") -> FusedMoE:
     """w13 [E, 2I, H] (gate then up), w2 [E, H, I], float -> FusedMoE.
-    scheme "bf16": no quantization (weights kept as given, computed in float32)."""
+    scheme "bf16": no quantization (weights kept as given, computed in float32).
+    backend "unfused" (dequantize, torch.matmul in float32) or "fused" (Triton,
+    harness/moe/fused.py: fused_precision auto|ieee|bf16, fused_mode
+    auto|fused|predequant); op_backend (auto|triton|torch) routes the QDQ and
+    weight-dequant ops of the unfused path."""
     s = get_scheme(scheme)
     if w13.dim() != 3 or w2.dim() != 3 or w13.shape[0] != w2.shape[0] or w13.shape[1] != 2 * w2.shape[2] \
             or w13.shape[2] != w2.shape[1]:
         raise ValueError(f"need w13 [E, 2I, H] and w2 [E, H, I]; got {tuple(w13.shape)} and {tuple(w2.shape)}")
-    kw = dict(backend=backend, op_backend=op_backend, fused_precision=fused_precision)
+    kw = dict(backend=backend, op_backend=op_backend, fused_precision=fused_precision, fused_mode=fused_mode)
     if s.weight_fmt is None:
         experts = UnquantizedExperts(w13.detach(), w2.detach(), **kw)
     else:

@@ -115,6 +115,50 @@ def tune(dev, fast_decode_ok: bool = True) -> dict:
     return {"timings_ms": res, "best": best}
 
 
+FLOAT_TILES = [(128, 64, 8, 3), (128, 128, 8, 3), (256, 64, 8, 3), (128, 64, 4, 4), (256, 128, 8, 4)]
+DEQUANT_TILES = [(32, 256, 4, 2), (64, 128, 4, 3), (16, 512, 4, 2)]
+
+
+def tune_predequant(dev) -> dict:
+    """Tiles of mode "predequant" (dequant pass + grouped GEMM on bf16 weights),
+    Mixtral GEMM1 at T=4096, MXFP4."""
+    import harness.moe as hm  # noqa: PLC0415
+    from harness.moe import fused  # noqa: PLC0415
+
+    E, k, H, I, T = 8, 2, 4096, 14336, 4096
+    g = torch.Generator(device=dev).manual_seed(0)
+    w13 = (torch.randn(E, 2 * I, H, generator=g, device=dev) * H ** -0.5).to(torch.bfloat16)
+    q, _ = hm.quantize_expert_weights(w13, "w_mxfp4_a_mxfp4")
+    fw = fused.FusedWeights.from_quantized(q, None)
+    del q
+    x = torch.randn(T * k, H, generator=g, device=dev).to(torch.bfloat16).float()
+    ids = torch.randint(0, E, (T * k,), generator=g, device=dev)
+    res = {}
+    dq = {}
+    for bn, bk, nw, ns in DEQUANT_TILES:
+        fused.GPU_CONFIGS["dequant"].update(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+        dq[(bn, bk, nw, ns)] = _ms(lambda: fused._dequantize(fw, torch.bfloat16, fw.mult_bf16))
+        res[f"dequant.{bn}x{bk}.w{nw}.s{ns}"] = dq[(bn, bk, nw, ns)]
+    bn, bk, nw, ns = min(dq, key=dq.get)
+    fused.GPU_CONFIGS["dequant"].update(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+    gm = {}
+    for bn, bk, nw, ns in FLOAT_TILES:
+        fused.GPU_CONFIGS["large_float"] = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+        try:
+            gm[(bn, bk, nw, ns)] = _ms(lambda: fused.moe_gemm(x, ids, fw, precision="bf16", mode="predequant"))
+        except Exception as exc:
+            gm[(bn, bk, nw, ns)] = float("inf")
+            res[f"error.{(bn, bk, nw, ns)}"] = str(exc)[:300]
+        res[f"predequant.{bn}x{bk}.w{nw}.s{ns}"] = gm[(bn, bk, nw, ns)]
+    bn, bk, nw, ns = min(gm, key=gm.get)
+    fused.GPU_CONFIGS["large_float"] = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+    res["fused.large"] = _ms(lambda: fused.moe_gemm(x, ids, fw, precision="bf16", mode="fused"))
+    del fw, w13
+    torch.cuda.empty_cache()
+    return {"timings_ms": res, "best": {"dequant": dict(fused.GPU_CONFIGS["dequant"]),
+                                        "large_float": dict(fused.GPU_CONFIGS["large_float"])}}
+
+
 if __name__ == "__main__":
     dev = torch.device("cuda")
     ex = dequant_exactness(dev)
