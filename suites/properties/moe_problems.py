@@ -21,7 +21,10 @@ Router logits (`logits=`):
     distinct  every row a permutation of distinct grid values (no ties at all:
               for properties that relabel experts)
 Expert weights: randn / sqrt(K) times a per-expert power of two in
-[2^-spread, 2^spread]. Hidden: randn times a per-token power of two in [2^-2, 2^2].
+[2^-spread, 2^spread]. Hidden: randn times a per-token power of two in
+[2^-token_spread, 2^2]; token_spread = 12 puts small tokens 2^14 below the
+largest, where a calibrated NVFP4 global scale gives them E4M3-SUBNORMAL block
+scales (the regime where NVFP4 QDQ is not idempotent, so a double QDQ shows).
 NVFP4 checkpoints come in either convention (`ckpt`): ModelOpt (decode-side
 weight_scale_2 = amax/2688) or compressed-tensors (encode-side global_scale).
 Activation scales: nvfp4 a1/a2_gscale calibrated (2688/amax of the unquantized
@@ -71,13 +74,14 @@ class MoEProblem:
     spread: int = 0
     ckpt: str = "native"  # nvfp4: "modelopt" | "compressed_tensors"
     act_scale: float = 1.0  # nvfp4 gscale factor; fp8: 0 = dynamic, else static
+    token_spread: int = 2  # token magnitudes 2^[-token_spread, 2]
 
     def __repr__(self):
         return (
             f"MoEProblem({self.scheme!r}, E={self.E}, top_k={self.top_k}, H={self.H}, I={self.I}, "
             f"T={self.T}, seed={self.seed}, scoring={self.scoring!r}, renormalize={self.renormalize}, "
             f"activation={self.activation!r}, logits={self.logits!r}, spread={self.spread}, "
-            f"ckpt={self.ckpt!r}, act_scale={self.act_scale})"
+            f"ckpt={self.ckpt!r}, act_scale={self.act_scale}, token_spread={self.token_spread})"
         )
 
     def _repr_pretty_(self, p, cycle):  # hypothesis' failure printout: the one-line recipe
@@ -91,7 +95,7 @@ class MoEProblem:
     def tensors(self) -> MoETensors:
         g = torch.Generator().manual_seed(self.seed)
         T, E, H, I = self.T, self.E, self.H, self.I
-        tok = torch.ldexp(torch.ones(T, 1), torch.randint(-2, 3, (T, 1), generator=g).float())
+        tok = torch.ldexp(torch.ones(T, 1), torch.randint(-self.token_spread, 3, (T, 1), generator=g).float())
         hidden = torch.randn(T, H, generator=g) * tok
         s = self.spread
         e13 = torch.randint(-s, s + 1, (E, 1, 1), generator=g).float()
@@ -139,6 +143,7 @@ def moe_problems(draw, scheme=None, *, max_experts: int = 64, max_tokens: int = 
     activation = activation or draw(st.sampled_from(("silu", "swiglu_clamp")))
     style = logits or draw(st.sampled_from(MOE_LOGIT_STYLES))
     spread = draw(st.sampled_from((0, 2, 6)))
+    token_spread = draw(st.sampled_from((2, 12)))
     ckpt, act_scale = "native", 1.0
     if scheme == "nvfp4":
         ckpt = draw(st.sampled_from(("modelopt", "compressed_tensors")))
@@ -146,5 +151,5 @@ def moe_problems(draw, scheme=None, *, max_experts: int = 64, max_tokens: int = 
     elif scheme == "w_mxfp4_a_fp8":
         act_scale = draw(st.sampled_from((0.0,) + MOE_ACT_SCALES))
     return MoEProblem(scheme, E, top_k, H, I, T, seed, scoring, renormalize, activation, style, spread,
-                      ckpt, act_scale)
+                      ckpt, act_scale, token_spread)
 # ==== end of moe_problems ====

@@ -1,0 +1,30 @@
+"""vLLM #46735: `self.a1_scale or self.a1_gscale` evaluates a tensor's truth
+value: a host sync, "operation not permitted when stream is capturing" on
+ROCm. Generic check (CPU proxy of the graph-capture check in
+test_moe_gpu.py): no Python truthiness / item / data-dependent shape on a
+tensor during forward (moe_checks.no_host_work raises on Tensor.__bool__)."""
+import pytest
+
+import harness.moe.experts as ex
+
+from ._inject import mc, one_thread, problem  # noqa: F401
+
+
+@pytest.mark.parametrize("scheme,act_scale", [("nvfp4", 1.0), ("w_mxfp4_a_fp8", 1.0), ("w_mxfp4_a_fp8", 0.0)])
+def test_scale_selection_does_no_host_sync(scheme, act_scale):
+    p = problem(scheme, act_scale=act_scale)
+    t, _, _, moe = mc.setup(p)
+    mc.check_no_host_work_in_forward(p, moe, t)
+
+
+@pytest.mark.parametrize("scheme,act_scale", [("w_mxfp4_a_fp8", 1.0), ("nvfp4", 1.0)])
+def test_injected_tensor_or_is_detected(scheme, act_scale, monkeypatch):
+    # The historical expression, with the operand that is a tensor first.
+    if scheme == "nvfp4":
+        monkeypatch.setattr(ex.ExpertsBase, "a1_input_scale", lambda self: self.a1_gscale or self.a1_scale)
+    else:
+        monkeypatch.setattr(ex.ExpertsBase, "a1_input_scale", lambda self: self.a1_scale or self.a1_gscale)
+    p = problem(scheme, act_scale=act_scale)
+    t, _, _, moe = mc.setup(p)
+    with pytest.raises(mc.HostWorkInForward, match="__bool__"):
+        mc.check_no_host_work_in_forward(p, moe, t)
