@@ -1,39 +1,61 @@
 """Fused dequant + grouped GEMM for the expert GEMMs (Triton).
 
-Contract (what the suites test; see also `gemm_error_bound`):
+Contract (what the suites test):
 
-1. Dequantization is fused and BIT-EXACT: the kernel turns element codes into
-   float32 by exact bit construction and multiplies by the same float32
-   per-block multiplier as harness.formats (2^(byte-127) for MX, fl32(s / gs[e])
-   for nvfp4). `fused_dequantize(fw)` runs the kernel's dequant path alone and
-   equals `ops.dequantize_expert_weights` bitwise (also on CPU, Triton
-   interpreter).
-2. The GEMM is `tl.dot` with float32 accumulation, NOT bitwise equal to the
-   unfused torch.matmul (the summation order inside tl.dot -- tensor-core
-   fragments on GPU, numpy matmul per tile in the interpreter -- is not the
-   order of torch's BLAS). Per GEMM output element y = sum_i a_i * b_i
-   (a = the GEMM input rows, b = the dequantized expert weight row, K terms):
+1. Dequantization is BIT-EXACT. The kernel decodes element codes to float32 by
+   exact bit construction (sign OR-ed in as a bit, so -0.0 codes stay -0.0)
+   and multiplies by the same float32 per-block multiplier as harness.formats
+   (2^(byte-127) for MX, fl32(s / gs[e]) for nvfp4). `fused_dequantize(fw)`
+   runs exactly the kernel's dequant code and equals
+   `ops.dequantize_expert_weights` bitwise, on CPU (Triton interpreter) and
+   on GPU (checked on an H200 for every weight format, both decode variants).
+
+2. The GEMM is NOT bitwise equal to the unfused torch.matmul path: `tl.dot`
+   sums in its own order (tensor-core fragments on GPU, numpy matmul per tile
+   in the interpreter) and so does torch's BLAS. Bitwise equality of float32
+   accumulation across the two is not achievable without giving up tl.dot, so
+   the contract is a bound. For one GEMM output y = sum_i a_i * b_i (a = the
+   GEMM input row, b = the dequantized weight row, K terms), with the SAME
+   inputs given to both paths:
 
        |y_fused - y_unfused| <= (2 * gamma_K + c_prec) * sum_i |a_i| * |b_i|
 
-   gamma_K = K*u / (1 - K*u), u = 2^-24: the classical bound for ANY summation
-   order of a float32 dot product, with or without FMA; both paths obey it, hence
-   the factor 2. c_prec = 0 for precision "ieee" and for "bf16" when both
-   operands are exact in bf16 (MX weights times MX activations, or times
-   activations that were bf16 to begin with); c_prec = 2^-7 for "bf16" with
-   nvfp4 (operands rescaled to the exact e2m1*s values, 1/gs factored out and
-   applied after the dot: a few u per product, bounded loosely by 2^-7) and
-   for lossy bf16 operands. `gemm_error_bound` computes the right-hand side.
-3. End to end, fused and unfused use the same routing, the same activation
-   QDQ calls and the same top-k sum; the only difference is (2). Because a2
-   QDQ is discontinuous, a GEMM1 difference within (2) can move an a2 element
-   across a rounding boundary: end-to-end comparisons must allow one a2
-   quantization step per element (or compare per GEMM with the bound above).
+   gamma_K = K*u / (1 - K*u), u = 2^-24. Derivation: any evaluation order of a
+   float32 dot product, with or without FMA, satisfies
+   |fl(y) - y| <= gamma_K * sum |a_i b_i| (Higham, Accuracy and Stability,
+   Thm 3.1/3.5); both paths obey it, so their difference is within twice it.
+   c_prec (`c_prec(scheme, precision)`):
+     * 0 for precision "ieee" (float32 operands, tl.dot input_precision ieee);
+     * 0 for "bf16" on MX-activation schemes: MX weights and MX-QDQ'd
+       activations are (few-bit mantissa) x 2^k, exact in bf16, so the bf16
+       tensor-core products are the exact products and accumulation is fp32;
+     * 2^-7 for "bf16" with nvfp4 (operands rescaled to the exact bf16 values
+       e2m1*s, x*gs_a likewise, 1/(gs_w*gs_a) applied after the dot: a few u
+       per product, bounded loosely) and for any lossy bf16 use (weight-only,
+       fp8 or unquantized activations forced to "bf16"; "auto" never does).
+   `gemm_error_bound` computes the right-hand side per element.
+
+3. End to end, fused and unfused share routing, the same
+   moe_kernel_quantize_input calls and the same top-k sum; the only
+   difference is (2). a2 QDQ is discontinuous: a GEMM1 difference within (2)
+   can move an a2 element across a rounding boundary, so end-to-end
+   comparisons must allow one a2 quantization step per element, or compare
+   per GEMM with the bound (harness.moe.checks does it stage by stage).
+
+Modes (`moe_gemm(mode=...)`): "fused" decodes each weight tile inside the K
+loop (once per BLOCK_M rows of its expert); "predequant" first writes the
+weights once per forward to a scratch [E, N, K] (bf16 in precision "bf16",
+exact by (2); float32 in "ieee") with the same kernel's dequant path, then
+runs the grouped GEMM on it -- identical operand values, same contract, and
+2x faster when experts get hundreds of rows (Mixtral T=4096). "auto" picks
+predequant on GPU from PREDEQUANT_MIN_ROWS_PER_EXPERT rows per expert.
 
 Layout: pairs (token, expert) are sorted by expert (stable) and each expert's
 rows padded to BLOCK_M, all on the device with fixed-size buffers (no host
-sync): rows [num_blocks * BLOCK_M] int64 pair ids (-1 = padding), block_expert
-[num_blocks] int32 (-1 = unused block). All pointer offsets are int64.
+sync, CUDA-graph capturable): rows [num_blocks * BLOCK_M] int64 pair ids (-1
+= padding), block_expert [num_blocks] int32 (-1 = unused block, which does no
+loads). All pointer offsets are int64 (checked past 2^31 bytes of weights).
+CPU tensors run the Triton interpreter: keep those shapes tiny.
 """
 from __future__ import annotations
 
@@ -268,9 +290,9 @@ GPU_CONFIGS = {
     "large": dict(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, FAST_DECODE=True, MULT_BCAST=True,
                   PACK_JOIN=True),
     # grouped GEMM over already-dequantized (bf16) weights, mode "predequant"
-    "large_float": dict(BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
+    "large_float": dict(BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
     # the dequant-only pass of mode "predequant"
-    "dequant": dict(BLOCK_N=32, BLOCK_K=256, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
+    "dequant": dict(BLOCK_N=16, BLOCK_K=512, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
                     PACK_JOIN=True),
 }
 # mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows

@@ -125,3 +125,20 @@ def test_fused_layer_close_to_unfused(problem):
     yu = hm.build_emulated_moe("w_mxfp4_a_mxfp4", w13, w2, top_k=K)(x, lg)
     yf = hm.build_emulated_moe("w_mxfp4_a_mxfp4", w13, w2, top_k=K, backend="fused")(x, lg)
     torch.testing.assert_close(yf, yu, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_modes_share_operands(problem):
+    w13, w2, x, lg, a1, a2 = problem
+    q, g = hm.quantize_expert_weights(w13, "w_mxfp4_a_mxfp6_e2m3")
+    fw = hm.fused.FusedWeights.from_quantized(q, g)
+    deq = hm.ops.dequantize_expert_weights(q, g, backend="torch")
+    _, ids = hm.route(lg, K)
+    ids = ids.reshape(-1)
+    xs = x.repeat_interleave(K, 0)
+    yu = hm.experts._grouped_gemm_unfused(xs, ids, deq)
+    bound = hm.fused.gemm_error_bound(xs, ids, deq)
+    for mode in ("fused", "predequant"):
+        y = hm.fused.moe_gemm(xs, ids, fw, mode=mode)
+        assert ((y - yu).abs().double() <= bound).all()
+    with pytest.raises(ValueError):
+        hm.fused.moe_gemm(xs, ids, fw, mode="nope")
