@@ -142,6 +142,8 @@ def qdq_activation(x32: torch.Tensor, scheme, *, scale=None, gscale=None, which:
     Identity for weight-only schemes (act_fmt None)."""
     if x32.dtype != F32:
         raise ValueError(f"{which}: activation QDQ input must be float32, got {x32.dtype}")
+    scale = None if scale is None else torch.as_tensor(scale).to(device=x32.device)
+    gscale = None if gscale is None else torch.as_tensor(gscale).to(device=x32.device)
     scheme = resolve_scheme(scheme)
     act = getattr(scheme, "act_fmt", None)
     if act is None:

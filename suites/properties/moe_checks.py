@@ -162,10 +162,11 @@ def checkpoint_tensors(problem, t, truth: Truth) -> dict:
     return d
 
 
-def load_config(problem, t, truth: Optional[Truth] = None):
-    """MoEQuantConfig through the checkpoint loader of the problem's convention."""
+def load_config(problem, t, truth: Optional[Truth] = None, device="cpu"):
+    """MoEQuantConfig through the checkpoint loader of the problem's convention
+    (checkpoint tensors on `device`, so the config lives there)."""
     truth = truth or truth_of(problem, t)
-    d = checkpoint_tensors(problem, t, truth)
+    d = {k: v.to(device) for k, v in checkpoint_tensors(problem, t, truth).items()}
     scheme = ref.resolve_scheme(problem.scheme)
     if scheme.weight_fmt == "nvfp4":
         loader = hm().load_modelopt_nvfp4 if problem.ckpt == "modelopt" else hm().load_compressed_tensors_nvfp4
@@ -173,7 +174,7 @@ def load_config(problem, t, truth: Optional[Truth] = None):
     else:
         cfg = hm().load_ocp_mx(d, scheme=scheme.name)
         if truth.a1_scale is not None:
-            cfg = dataclasses.replace(cfg, a1_scale=truth.a1_scale, a2_scale=truth.a2_scale)
+            cfg = dataclasses.replace(cfg, a1_scale=truth.a1_scale.to(device), a2_scale=truth.a2_scale.to(device))
     return cfg
 
 
@@ -182,11 +183,13 @@ def make_moe(problem, cfg, backend: str = "unfused", **kw):
                          renormalize=problem.renormalize, scoring=problem.scoring, activation=problem.activation)
 
 
-def setup(problem, backend: str = "unfused"):
-    """(tensors, truth, cfg, moe) for a problem."""
+def setup(problem, backend: str = "unfused", device="cpu"):
+    """(tensors, truth, cfg, moe) for a problem; tensors and config on `device`."""
     t = problem.tensors()
     truth = truth_of(problem, t)
-    cfg = load_config(problem, t, truth)
+    cfg = load_config(problem, t, truth, device)
+    if torch.device(device).type != "cpu":
+        t = dataclasses.replace(t, **{f.name: getattr(t, f.name).to(device) for f in dataclasses.fields(t)})
     return t, truth, cfg, make_moe(problem, cfg, backend)
 
 
@@ -236,7 +239,7 @@ def _nvfp4_interval(c, d, gs):
     spec = hf.FORMATS["nvfp4"]
     P, K = c.shape
     B = spec.block_size
-    gs = torch.as_tensor(gs).to(F32).reshape(())
+    gs = torch.as_tensor(gs).cpu().to(F32).reshape(())
     cb, db = c.reshape(P, K // B, B), d.reshape(P, K // B, B)
     lo_in, hi_in = _f32_down(cb - db), _f32_up(cb + db)
     amax_lo = _f32_down(torch.clamp(cb.abs() - db, min=0)).amax(-1, keepdim=True)
@@ -267,7 +270,7 @@ def _fp8_interval(c, d, scale):
     el = hf.FORMATS["mxfp8_e4m3"].element
     lo_in, hi_in = _f32_down(c - d), _f32_up(c + d)
     if scale is not None:
-        cands = [torch.as_tensor(scale).to(F32).reshape(())]
+        cands = [torch.as_tensor(scale).cpu().to(F32).reshape(())]
     elif c.numel() == 0:
         return c.clone(), c.clone()
     else:
@@ -383,7 +386,9 @@ def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_pre
     T, H = t.hidden.shape
     assert tuple(out.shape) == (T, H), f"output shape {tuple(out.shape)} != {(T, H)}"
     assert out.dtype == t.hidden.dtype, f"output dtype {out.dtype} != hidden dtype {t.hidden.dtype}"
-    w32, ids = hm().route(t.router_logits, problem.top_k, scoring=problem.scoring, renormalize=problem.renormalize)
+    import harness.moe.routing as routing  # the module the layer calls through
+
+    w32, ids = routing.route(t.router_logits, problem.top_k, scoring=problem.scoring, renormalize=problem.renormalize)
     assert torch.equal(ids.cpu().long(), trace.ids), (
         f"routing differs from the reference (ties to the lowest index):\n layer {ids.tolist()}\n ref   {trace.ids.tolist()}")
     dw = (2 * problem.E + 2 * problem.top_k + 16) * U * trace.weights.abs() + 2.0**-140

@@ -1,0 +1,106 @@
+"""GPU-only MoE properties (marked `gpu`: skipped cleanly without a GPU).
+
+* CUDA graph: capture the whole FusedMoE forward, replay, compare with eager
+  (bitwise: same kernels, same inputs); the eager forward and the capture run
+  under torch.cuda.set_sync_debug_mode("error"), so any host sync raises.
+  New input values are copied into the static buffers before a second replay,
+  so a graph that baked its inputs in is caught too.
+* torch.compile(fullgraph=True): no graph break anywhere in the forward; the
+  compiled output lies within the derived float64-reference tolerance (not
+  bitwise: inductor may fuse and reorder float32 arithmetic), with the fused
+  kernel's c_prec where it applies.
+* The float64-reference property on the GPU, both backends (the fused kernel
+  in bf16 precision uses its documented c_prec = 2^-7 for lossy operands).
+CPU proxies of the first two run in test_moe_structure.py (no_host_work) and
+in suites/regressions (pr40033, pr46735).
+"""
+import contextlib
+
+import pytest
+import torch
+
+from harness.moe.schemes import SCHEME_NAMES
+from suites.properties import moe_checks as mc
+from suites.properties.moe_problems import MoEProblem
+
+pytestmark = pytest.mark.gpu
+BACKENDS = ("unfused", "fused")
+
+
+def _problem(scheme, T=12, seed=5):
+    return MoEProblem(scheme, 8, 2, 64, 64, T, seed, ckpt="compressed_tensors" if scheme == "nvfp4" else "native",
+                      logits="ties", spread=2)
+
+
+@contextlib.contextmanager
+def sync_debug_error():
+    old = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(old)
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cuda_graph_replay_equals_eager(scheme, backend):
+    p = _problem(scheme)
+    t, _, cfg, moe = mc.setup(p, backend=backend, device="cuda")
+    x, logits = t.hidden.clone(), t.router_logits.clone()
+    with torch.no_grad():
+        moe(x, logits)  # warm-up: Triton compilation, lazy caches
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            moe(x, logits)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        with sync_debug_error():
+            eager = moe(x, logits)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_out = moe(x, logits)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_out, eager), f"{scheme}/{backend}: graph replay differs from eager"
+        # New values in the static inputs: the replay must follow them.
+        p2 = _problem(scheme, seed=6)
+        t2, _, _, _ = mc.setup(p2, backend=backend, device="cuda")
+        x.copy_(t2.hidden)
+        logits.copy_(t2.router_logits)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager2 = moe(x, logits)
+        assert torch.equal(static_out, eager2), f"{scheme}/{backend}: replay with new inputs differs from eager"
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_compile_fullgraph_equals_eager(scheme, backend):
+    torch._dynamo.reset()
+    p = _problem(scheme)
+    t, _, cfg, moe = mc.setup(p, backend=backend, device="cuda")
+    with torch.no_grad():
+        eager = moe(t.hidden, t.router_logits)
+        compiled = torch.compile(moe, fullgraph=True)
+        out = compiled(t.hidden, t.router_logits)
+    c = mc.fused_c_prec(moe, t.hidden.device) if backend == "fused" else 0.0
+    mc.check_matches_reference(p, t, cfg, moe, out=out, c_prec=c)
+    mc.check_matches_reference(p, t, cfg, moe, out=eager, c_prec=c)
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(4))
+def test_gpu_emulation_matches_reference(scheme, backend, seed):
+    p = MoEProblem(scheme, 16, 4, 128, 64, 64, seed, ckpt="modelopt" if scheme == "nvfp4" else "native",
+                   logits="extreme", spread=6, token_spread=12)
+    t, _, cfg, moe = mc.setup(p, backend=backend, device="cuda")
+    out = mc.run(moe, t)
+    c = mc.fused_c_prec(moe, t.hidden.device) if backend == "fused" else 0.0
+    mc.check_matches_reference(p, t, cfg, moe, out=out, c_prec=c)
+
+
+def test_fused_large_offsets_gpu():
+    assert mc.check_fused_large_offsets("cuda")["max_offset"] > 2**31
