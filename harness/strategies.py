@@ -158,3 +158,151 @@ def finite_float32(draw, lo_exp: int = -149, hi_exp: int = 127):
 
 
 # --- MoE problems (moe_problems) are appended below by the MoE suites. ---
+
+# ==== moe_problems: MoE problem strategy (owner: MoE property suites) ====
+# `moe_problems()`: a whole quantized-MoE problem as one hypothesis draw.
+#
+# Hypothesis draws only small integers and choices (sizes first, so a failure
+# shrinks towards few tokens / experts / small blocks, then a seed and the knobs);
+# the tensors are generated from the seed with torch.Generator, which is fast and
+# keeps the printed example short: the repr is the complete recipe.
+#
+#     @given(moe_problems())                     # any scheme
+#     @given(moe_problems(scheme="nvfp4"))       # one scheme
+#     def test_x(p): t = p.tensors(); t.hidden, t.router_logits, t.w13, t.w2 ...
+#
+# Router logits (`logits=`):
+#     grid      multiples of 1/4 in [-8, 8]: distinct values are >= 1/4 apart, so
+#               float32 and float64 scores order them identically (no near-ties)
+#     ties      values from {0, 1}: many exact ties (lowest expert index wins)
+#     extreme   grid plus +-1e4 entries: probabilities that are exactly 0 / 1
+#               in float32 AND float64 (ties again, never near-ties). With
+#               sigmoid + renormalize only +1e4 (all-zero selected scores would
+#               make the renormalization 0/0)
+#     distinct  every row a permutation of distinct grid values (no ties at all:
+#               for properties that relabel experts)
+# Expert weights: randn / sqrt(K) times a per-expert power of two in
+# [2^-spread, 2^spread]. Hidden: randn times a per-token power of two in
+# [2^-token_spread, 2^2]; token_spread = 12 puts small tokens 2^14 below the
+# largest, where a calibrated NVFP4 global scale gives them E4M3-SUBNORMAL block
+# scales (few-bit block scales: the regime where NVFP4 QDQ can be non-idempotent).
+# NVFP4 checkpoints come in either convention (`ckpt`): ModelOpt (decode-side
+# weight_scale_2 = amax/2688) or compressed-tensors (encode-side global_scale).
+# Activation scales: nvfp4 a1/a2_gscale calibrated (2688/amax of the unquantized
+# float64 forward's GEMM inputs) times `act_scale`; fp8 static decode-side
+# scales amax/448 times 1/act_scale, or dynamic (None) when act_scale == 0.
+
+MOE_BLOCK = 32  # multiple of every block size (nvfp4 16, MX 32)
+MOE_LOGIT_STYLES = ("grid", "ties", "extreme", "distinct")
+MOE_ACT_SCALES = (1.0, 0.37, 2.9)  # calibration factor (1 = calibrated)
+
+
+def _moe_scheme_names():
+    from harness.moe.schemes import SCHEME_NAMES
+
+    return SCHEME_NAMES
+
+
+@dataclass
+class MoETensors:
+    hidden: torch.Tensor  # float32 [T, H]
+    router_logits: torch.Tensor  # float32 [T, E]
+    w13: torch.Tensor  # float32 [E, 2I, H], gate then up
+    w2: torch.Tensor  # float32 [E, H, I]
+
+
+@dataclass(frozen=True)
+class MoEProblem:
+    scheme: str
+    E: int
+    top_k: int
+    H: int
+    I: int
+    T: int
+    seed: int
+    scoring: str = "softmax"
+    renormalize: bool = True
+    activation: str = "silu"
+    logits: str = "grid"
+    spread: int = 0
+    ckpt: str = "native"  # nvfp4: "modelopt" | "compressed_tensors"
+    act_scale: float = 1.0  # nvfp4 gscale factor; fp8: 0 = dynamic, else static
+    token_spread: int = 2  # token magnitudes 2^[-token_spread, 2]
+
+    def __repr__(self):
+        return (
+            f"MoEProblem({self.scheme!r}, E={self.E}, top_k={self.top_k}, H={self.H}, I={self.I}, "
+            f"T={self.T}, seed={self.seed}, scoring={self.scoring!r}, renormalize={self.renormalize}, "
+            f"activation={self.activation!r}, logits={self.logits!r}, spread={self.spread}, "
+            f"ckpt={self.ckpt!r}, act_scale={self.act_scale}, token_spread={self.token_spread})"
+        )
+
+    def _repr_pretty_(self, p, cycle):  # hypothesis' failure printout: the one-line recipe
+        p.text(repr(self))
+
+    def replace(self, **kw) -> "MoEProblem":
+        from dataclasses import replace
+
+        return replace(self, **kw)
+
+    def tensors(self) -> MoETensors:
+        g = torch.Generator().manual_seed(self.seed)
+        T, E, H, I = self.T, self.E, self.H, self.I
+        tok = torch.ldexp(torch.ones(T, 1), torch.randint(-self.token_spread, 3, (T, 1), generator=g).float())
+        hidden = torch.randn(T, H, generator=g) * tok
+        s = self.spread
+        e13 = torch.randint(-s, s + 1, (E, 1, 1), generator=g).float()
+        e2 = torch.randint(-s, s + 1, (E, 1, 1), generator=g).float()
+        w13 = torch.randn(E, 2 * I, H, generator=g) / math.sqrt(H) * torch.ldexp(torch.ones(E, 1, 1), e13)
+        w2 = torch.randn(E, H, I, generator=g) / math.sqrt(I) * torch.ldexp(torch.ones(E, 1, 1), e2)
+        return MoETensors(hidden, self._logits(g), w13, w2)
+
+    def _logits(self, g) -> torch.Tensor:
+        T, E = self.T, self.E
+        if self.logits == "ties":
+            return torch.randint(0, 2, (T, E), generator=g).float()
+        if self.logits == "distinct":
+            vals = torch.arange(-32, 33, dtype=torch.float32) / 4  # 65 distinct values
+            rows = [vals[torch.randperm(65, generator=g)[:E]] for _ in range(T)]
+            return torch.stack(rows) if rows else torch.zeros(0, E)
+        grid = torch.randint(-32, 33, (T, E), generator=g).float() / 4
+        if self.logits == "extreme":
+            where = torch.rand(T, E, generator=g) < 0.3
+            sign = torch.where(torch.rand(T, E, generator=g) < 0.5, 1.0, -1.0)
+            if self.scoring == "sigmoid" and self.renormalize:
+                sign = torch.ones_like(sign)
+            grid = torch.where(where, sign * 1e4, grid)
+        return grid
+
+
+@st.composite
+def moe_problems(draw, scheme=None, *, max_experts: int = 64, max_tokens: int = 256, max_hidden: int = 2,
+                 max_inter: int = 2, logits=None, activation=None, scoring=None, schemes=None):
+    """A `MoEProblem`; sizes are drawn first so failures shrink to small problems.
+
+    H = 32 * [1..max_hidden], I = 32 * [1..max_inter] (32 = a multiple of every
+    block size). T in [0, max_tokens], mostly small (a quarter of draws use the
+    full range)."""
+    E = draw(st.integers(1, max_experts))
+    top_k = draw(st.integers(1, min(E, 8)))
+    H = MOE_BLOCK * draw(st.integers(1, max_hidden))
+    I = MOE_BLOCK * draw(st.integers(1, max_inter))
+    T = draw(st.one_of(st.integers(0, min(16, max_tokens)), st.integers(0, max_tokens)))
+    if scheme is None:
+        scheme = draw(st.sampled_from(tuple(schemes or _moe_scheme_names())))
+    seed = draw(st.integers(0, 2**31 - 1))
+    scoring = scoring or draw(st.sampled_from(("softmax", "sigmoid")))
+    renormalize = draw(st.booleans())
+    activation = activation or draw(st.sampled_from(("silu", "swiglu_clamp")))
+    style = logits or draw(st.sampled_from(MOE_LOGIT_STYLES))
+    spread = draw(st.sampled_from((0, 2, 6)))
+    token_spread = draw(st.sampled_from((2, 12)))
+    ckpt, act_scale = "native", 1.0
+    if scheme == "nvfp4":
+        ckpt = draw(st.sampled_from(("modelopt", "compressed_tensors")))
+        act_scale = draw(st.sampled_from(MOE_ACT_SCALES))
+    elif scheme == "w_mxfp4_a_fp8":
+        act_scale = draw(st.sampled_from((0.0,) + MOE_ACT_SCALES))
+    return MoEProblem(scheme, E, top_k, H, I, T, seed, scoring, renormalize, activation, style, spread,
+                      ckpt, act_scale, token_spread)
+# ==== end of moe_problems ====

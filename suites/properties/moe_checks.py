@@ -758,7 +758,7 @@ class MinimalMoELayer(torch.nn.Module):
 
 
 def _nvfp4_ckpt_for_conversion(E=2, H=32, I=32, device="cpu", seed=0):
-    from suites.properties.moe_problems import MoEProblem
+    from harness.strategies import MoEProblem
 
     p = MoEProblem("nvfp4", E, 1, H, I, 2, seed, ckpt="modelopt")
     t = p.tensors()
@@ -788,7 +788,7 @@ def check_conversion_every_backend(device="cpu"):
         for name, scheme in H.SCHEMES.items():
             if scheme.is_nvfp4:
                 continue
-            from suites.properties.moe_problems import MoEProblem
+            from harness.strategies import MoEProblem
 
             p = MoEProblem(name, 2, 1, 32, 32, 2, 0)
             t = p.tensors()

@@ -15,7 +15,7 @@ import harness.moe.fused as fused
 import harness.moe.ops as ops
 import harness.moe.routing as routing
 from suites.properties import moe_checks as mc
-from suites.properties.moe_problems import MoEProblem
+from harness.strategies import MoEProblem
 
 
 @pytest.fixture(autouse=True)

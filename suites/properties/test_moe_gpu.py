@@ -21,7 +21,7 @@ import torch
 
 from harness.moe.schemes import SCHEME_NAMES
 from suites.properties import moe_checks as mc
-from suites.properties.moe_problems import MoEProblem
+from harness.strategies import MoEProblem
 
 pytestmark = pytest.mark.gpu
 BACKENDS = ("unfused", "fused")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from harness.moe.schemes import SCHEME_NAMES, SCHEMES
 from suites.properties import moe_checks as mc
-from suites.properties.moe_problems import moe_problems
+from harness.strategies import moe_problems
 
 ACT_SCHEMES = tuple(n for n in SCHEME_NAMES if SCHEMES[n].act_fmt is not None)
 
@@ -31,7 +31,7 @@ def _one_thread():
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
-@mc.examples(1 / 6)
+@mc.examples(1 / 4)
 @given(data=st.data())
 def test_single_activation_quantization(scheme, data):
     problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
@@ -39,7 +39,7 @@ def test_single_activation_quantization(scheme, data):
 
 
 @pytest.mark.parametrize("scheme", ACT_SCHEMES)
-@mc.examples(1 / 6)
+@mc.examples(1 / 4)
 @given(data=st.data())
 def test_no_silent_skip_of_activation_quantization(scheme, data):
     problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
@@ -51,7 +51,7 @@ def test_dispatcher_quantizes_every_scheme_key_and_rejects_unknown():
 
 
 @pytest.mark.parametrize("scheme", ("nvfp4", "w_mxfp4_a_fp8"))
-@mc.examples(1 / 6)
+@mc.examples(1 / 4)
 @given(data=st.data())
 def test_scale_sensitivity(scheme, data):
     problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 
 from harness.moe.schemes import SCHEME_NAMES
 from suites.properties import moe_checks as mc
-from suites.properties.moe_problems import moe_problems
+from harness.strategies import moe_problems
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from harness.moe.schemes import SCHEME_NAMES
 from suites.properties import moe_checks as mc
-from suites.properties.moe_problems import moe_problems
+from harness.strategies import moe_problems
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +42,7 @@ def test_fused_matches_unfused(scheme, data):
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
-@mc.examples(1 / 8)
+@mc.examples(1 / 4)
 @given(data=st.data())
 def test_two_experts_from_one_config(scheme, data):
     problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
@@ -50,7 +50,7 @@ def test_two_experts_from_one_config(scheme, data):
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
-@mc.examples(1 / 6)
+@mc.examples(1 / 4)
 @given(data=st.data())
 def test_token_permutation_equivariance(scheme, data):
     problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
@@ -59,7 +59,7 @@ def test_token_permutation_equivariance(scheme, data):
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
-@mc.examples(1 / 6)
+@mc.examples(1 / 4)
 @given(data=st.data())
 def test_expert_relabelling_invariance(scheme, data):
     problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64, logits="distinct"), label="problem")
@@ -69,7 +69,7 @@ def test_expert_relabelling_invariance(scheme, data):
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
 def test_buffers_follow_weights(scheme):
-    from suites.properties.moe_problems import MoEProblem
+    from harness.strategies import MoEProblem
 
     p = MoEProblem(scheme, 4, 2, 32, 32, 4, 0, ckpt="modelopt")
     _, _, _, moe = mc.setup(p)
@@ -87,7 +87,7 @@ def test_create_and_convert_weights_every_scheme_and_backend():
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
 @pytest.mark.parametrize("backend", ("unfused", "fused"))
 def test_no_host_work_in_forward(scheme, backend, monkeypatch):
-    from suites.properties.moe_problems import MoEProblem
+    from harness.strategies import MoEProblem
 
     mc.fresh_table_caches(monkeypatch)  # conversion, not forward, must fill them
     p = MoEProblem(scheme, 4, 2, 32, 32, 5, 3, ckpt="compressed_tensors", logits="ties")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from suites.properties import moe_checks as mc
-from suites.properties.moe_problems import MoEProblem
+from harness.strategies import MoEProblem
 
 
 @pytest.fixture(autouse=True)
