@@ -1008,12 +1008,15 @@ def check_fused_large_offsets(device="cpu", scheme_name="w_mxfp8", E=3, N=32, K=
     P = 8
     x = hf.qdq(torch.randn(P, K, generator=g), "mxfp8_e4m3").to(device)
     ids = torch.tensor([E - 1] * (P - 2) + [0, 1], dtype=torch.int64, device=device)
-    out = fused.moe_gemm(x, ids, fw_big, precision="ieee")
     wd = ref.dequant_weight(q, None, scheme, "w")
     want = torch.stack([x[p].cpu().double() @ wd[int(ids[p])].T for p in range(P)])
     tol = 2 * gamma(K) * torch.stack([x[p].cpu().double().abs() @ wd[int(ids[p])].abs().T for p in range(P)]) + 2.0**-140
-    err = (out.cpu().double() - want).abs()
-    bad = ~(err <= tol)
-    assert not bool(bad.any()), _describe_mismatch(f"fused GEMM with expert offsets up to {(E - 1) * S} bytes",
-                                                   out.cpu(), want, tol, bad)
-    return {"max_offset": (E - 1) * S}
+    modes = [m for m in getattr(fused, "MODES", ("fused",)) if m != "auto"]
+    for mode in modes:
+        kw = {"mode": mode} if hasattr(fused, "MODES") else {}
+        out = fused.moe_gemm(x, ids, fw_big, precision="ieee", **kw)
+        err = (out.cpu().double() - want).abs()
+        bad = ~(err <= tol)
+        assert not bool(bad.any()), _describe_mismatch(
+            f"fused GEMM (mode {mode}) with expert offsets up to {(E - 1) * S} bytes", out.cpu(), want, tol, bad)
+    return {"max_offset": (E - 1) * S, "modes": modes}

@@ -1,8 +1,10 @@
 """GPU-only MoE properties (marked `gpu`: skipped cleanly without a GPU).
 
 * CUDA graph: capture the whole FusedMoE forward, replay, compare with eager
-  (bitwise: same kernels, same inputs); the eager forward and the capture run
-  under torch.cuda.set_sync_debug_mode("error"), so any host sync raises.
+  (bitwise: same kernels, same inputs); the eager forward and the captured
+  forward run under torch.cuda.set_sync_debug_mode("error"), so any host sync
+  raises (the mode is switched on inside the capture context, because entering
+  and leaving torch.cuda.graph synchronizes by itself).
   New input values are copied into the static buffers before a second replay,
   so a graph that baked its inputs in is caught too.
 * torch.compile(fullgraph=True): no graph break anywhere in the forward; the
@@ -58,8 +60,11 @@ def test_cuda_graph_replay_equals_eager(scheme, backend):
         torch.cuda.synchronize()
         with sync_debug_error():
             eager = moe(x, logits)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            # Inside the capture only: torch.cuda.graph() itself synchronizes on
+            # entry and exit, which sync-debug "error" would flag.
+            with sync_debug_error():
                 static_out = moe(x, logits)
         graph.replay()
         torch.cuda.synchronize()
