@@ -1,0 +1,278 @@
+"""The lm-eval model `moe-emu`: a transformers MoE causal LM whose sparse-MoE
+blocks run through the harness.moe emulation layer for a chosen scheme.
+
+    lm_eval --model moe-emu --model_args pretrained=DIR,scheme=nvfp4 ...
+    simple_evaluate(model=MoEEmuLM(pretrained="tiny-moe", scheme="nvfp4"), ...)
+
+Requests are scored in batches (right-padded, sorted by length);
+loglikelihood_rolling uses lm-eval's disjoint rolling windows; generate_until
+is greedy with a KV cache and stop strings. Expert weights are quantized when
+a scheme is first used (inside build_emulated_moe: round to nearest even,
+nvfp4 with a per-expert global scale). nvfp4 activation global scales come
+from the checkpoint's activation_amax.json when present, else from
+calibration on the documented calibration set (calibrate.py).
+
+`set_scheme(s)` switches the loaded model between schemes without reloading,
+so a baseline and a quantized run share one set of weights and the same items.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm import tqdm
+
+from . import BUNDLED_MODEL_NAME, calibrate, corpus, tiny_model
+from .builder import SCHEMES, builder_source, emulation_builder, needs_activation_scales
+from .moe_swap import Swapper
+
+
+def auto_device() -> str:
+    """CUDA or ROCm (both appear as torch.cuda) when present, else CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_model_dir(pretrained) -> str:
+    if pretrained in (None, "", BUNDLED_MODEL_NAME):
+        return str(tiny_model.bundled_dir())
+    path = Path(os.path.expanduser(str(pretrained)))
+    if not path.is_dir():
+        raise FileNotFoundError(f"model folder not found: {path} (only local folders are loaded; no hub access)")
+    return str(path)
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _dtype(name):
+    if name in (None, "auto"):
+        return "auto"
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {name!r}")
+    return _DTYPES[name]
+
+
+@register_model("moe-emu")
+class MoEEmuLM(TemplateLM):
+    def __init__(self, pretrained=BUNDLED_MODEL_NAME, scheme: str = "bf16", backend: str = "unfused",
+                 calibration_docs: int = 64, calibration_seed: int = corpus.DEFAULT_SEED,
+                 device: str | None = None, dtype="auto", batch_size=32, max_length: int | None = None,
+                 threads: int | None = None, **_ignored):
+        super().__init__()
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from .offline import enter_offline, set_threads
+
+        enter_offline(os.environ.get("HARNESS_CACHE_DIR"))
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+        self.model_dir = resolve_model_dir(pretrained)
+        self._device = torch.device(device or auto_device())
+        if self._device.type == "cpu":
+            set_threads(int(threads) if threads is not None else None)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=_dtype(dtype), local_files_only=True)
+        self.model = model.to(self._device).eval()
+        self.batch_size = int(batch_size)
+        cfg_len = getattr(model.config, "max_position_embeddings", 2048)
+        self.max_length = int(max_length) if max_length else min(int(cfg_len), 4096)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
+        self.backend_name = backend
+        self.calibration_docs = int(calibration_docs)
+        self.calibration_seed = int(calibration_seed)
+        self.build_fn = emulation_builder()
+        self.swapper = Swapper.attach(self.model)
+        self.activation_scales = None
+        self.calibration_info: dict = {}
+        self.scheme = None
+        self.set_scheme(scheme)
+
+    # -- scheme handling ---------------------------------------------------
+    def _ensure_scales(self) -> dict:
+        if self.activation_scales is None:
+            amax = calibrate.checkpoint_amax(self.model_dir)
+            source = "checkpoint activation_amax.json"
+            if amax is None:
+                texts = corpus.calibration_texts(self.calibration_seed, self.calibration_docs)
+                amax = calibrate.calibrate_amax(self.model, self.swapper, self.tokenizer, texts)
+                source = (f"calibrated on corpus.calibration_texts(seed={self.calibration_seed}, "
+                          f"n_docs={self.calibration_docs})")
+            self.activation_scales = calibrate.scales_from_amax(amax)
+            self.calibration_info = {"source": source, "amax": amax}
+        return self.activation_scales
+
+    def set_scheme(self, scheme: str) -> None:
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+        if scheme not in self.swapper.built:
+            scales = self._ensure_scales() if needs_activation_scales(scheme) else None
+            self.swapper.build(scheme, self.build_fn, scales=scales, backend=self.backend_name)
+            for mod in self.swapper.built[scheme].values():
+                mod.to(self._device)
+        self.swapper.use(scheme)
+        self.scheme = scheme
+
+    def describe(self) -> dict:
+        return {
+            "model_dir": self.model_dir, "scheme": self.scheme, "backend": self.backend_name,
+            "device": str(self._device), "dtype": str(self.model.dtype),
+            "moe_blocks": len(self.swapper.specs), "family": self.swapper.specs[0].family,
+            "emulation": builder_source(self.build_fn),
+            "calibration": {k: v for k, v in self.calibration_info.items() if k != "amax"},
+        }
+
+    # -- TemplateLM plumbing --------------------------------------------------
+    @property
+    def eot_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.model_dir.replace("/", "__")
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        return self.tokenizer.encode(string, add_special_tokens=bool(add_special_tokens))
+
+    def tok_decode(self, tokens) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    # -- scoring ---------------------------------------------------------------
+    @torch.no_grad()
+    def logprobs(self, rows: list[list[int]]) -> list[torch.Tensor]:
+        """Full next-token log-probabilities [len(row), V] (float32, CPU) for each
+        token row, batched right-padded. Also used by the KL gate."""
+        out: list = [None] * len(rows)
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start:start + self.batch_size]
+            width = len(rows[idx[0]])
+            ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for j, i in enumerate(idx):
+                ids[j, :len(rows[i])] = torch.tensor(rows[i])
+                mask[j, :len(rows[i])] = 1
+            logits = self.model(input_ids=ids.to(self._device), attention_mask=mask.to(self._device)).logits
+            lp = F.log_softmax(logits.float(), dim=-1).cpu()
+            for j, i in enumerate(idx):
+                out[i] = lp[j, :len(rows[i])]
+        return out
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
+        rows, spans = [], []
+        for _, ctx, cont in requests:
+            whole = (list(ctx) + list(cont))[-(self.max_length + 1):]
+            n_cont = len(cont)
+            rows.append(whole[:-1])
+            spans.append((len(whole) - 1 - n_cont, whole[-n_cont:]))
+        results = []
+        pbar = tqdm(total=len(rows), disable=disable_tqdm, desc=f"loglikelihood [{self.scheme}]")
+        for start in range(0, len(rows), self.batch_size * 8):
+            chunk = rows[start:start + self.batch_size * 8]
+            for lp, (first, target) in zip(self.logprobs(chunk), spans[start:start + len(chunk)]):
+                sel = lp[first:first + len(target)]
+                tgt = torch.tensor(target)
+                ll = float(sel.gather(1, tgt[:, None]).sum())
+                greedy = bool((sel.argmax(-1) == tgt).all())
+                results.append((ll, greedy))
+            pbar.update(len(chunk))
+        pbar.close()
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        flat, owner = [], []
+        for n, req in enumerate(requests):
+            (text,) = req.args
+            for ctx, cont in self.rolling_windows(text):
+                flat.append(((None, None), ctx, cont))
+                owner.append(n)
+        scores = self._loglikelihood_tokens(flat, disable_tqdm=disable_tqdm)
+        totals = [0.0] * len(requests)
+        for n, (ll, _) in zip(owner, scores):
+            totals[n] += ll
+        return totals
+
+    def rolling_windows(self, text: str) -> list[tuple[list[int], list[int]]]:
+        tokens = self.tok_encode(text)
+        return [make_disjoint_window(w) for w in get_rolling_token_windows(
+            token_list=tokens, prefix_token=self.prefix_token_id, max_seq_len=self.max_length, context_len=1)]
+
+    # -- generation --------------------------------------------------------------
+    @torch.no_grad()
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        outputs: list = [None] * len(requests)
+        groups: dict = {}
+        for n, req in enumerate(requests):
+            ctx, kwargs = req.args
+            key = repr(sorted((kwargs or {}).items()))
+            groups.setdefault(key, []).append((n, ctx, dict(kwargs or {})))
+        pbar = tqdm(total=len(requests), disable=disable_tqdm, desc=f"generate_until [{self.scheme}]")
+        for items in groups.values():
+            kwargs = items[0][2]
+            until = kwargs.pop("until", None) or []
+            until = [until] if isinstance(until, str) else list(until)
+            eos_text = self.tok_decode([self.eot_token_id])
+            if eos_text and eos_text not in until:
+                until.append(eos_text)
+            max_new = int(kwargs.pop("max_gen_toks", 256))
+            if kwargs.pop("do_sample", False) or kwargs.pop("temperature", 0.0):
+                raise ValueError("moe-emu generates greedily only (do_sample=false, temperature=0)")
+            items.sort(key=lambda it: -len(self.tok_encode(it[1])))
+            for start in range(0, len(items), self.batch_size):
+                batch = items[start:start + self.batch_size]
+                texts = self._greedy([it[1] for it in batch], until, max_new)
+                for (n, _, _), text in zip(batch, texts):
+                    outputs[n] = text
+                pbar.update(len(batch))
+        pbar.close()
+        return outputs
+
+    def _greedy(self, contexts: list[str], until: list[str], max_new: int) -> list[str]:
+        encs = [self.tok_encode(c)[-(self.max_length - max_new):] for c in contexts]
+        width = max(len(e) for e in encs)
+        ids = torch.full((len(encs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for j, e in enumerate(encs):  # left padding
+            ids[j, width - len(e):] = torch.tensor(e)
+            mask[j, width - len(e):] = 1
+        ids, mask = ids.to(self._device), mask.to(self._device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        new_tokens = [[] for _ in encs]
+        done = [False] * len(encs)
+        past = None
+        step_ids, step_pos = ids, positions
+        for _ in range(max_new):
+            out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
+                             past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            nxt = out.logits[:, -1].argmax(-1)
+            for j, t in enumerate(nxt.tolist()):
+                if not done[j]:
+                    new_tokens[j].append(t)
+                    text = self.tok_decode(new_tokens[j])
+                    if t == self.eot_token_id or any(s in text for s in until):
+                        done[j] = True
+            if all(done):
+                break
+            step_ids = nxt[:, None]
+            step_pos = step_pos[:, -1:] + 1
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        results = []
+        for toks in new_tokens:
+            text = self.tok_decode(toks)
+            for s in until:
+                if s:
+                    text = text.split(s)[0]
+            results.append(text)
+        return results

@@ -1,0 +1,87 @@
+"""`moe-harness eval --config FILE [--model DIR] [--scheme S] [--limit N] [--dry-run]`
+
+Exit codes: 0 every gate passed (or the checkpoint is absent and the run was
+skipped, unless HARNESS_REQUIRE_CHECKPOINT=1); 1 a gate failed; 2 the config
+is malformed (file and field named); 3 skipped but HARNESS_REQUIRE_CHECKPOINT=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .builder import SCHEMES
+from .config import ConfigError, ModelNotPresent, load, resolve_model_dir
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="accuracy config (suites/lm_eval/configs/*.yaml)")
+    parser.add_argument("--model", default=None, help="local model folder (overrides the config; 'tiny-moe' = bundled)")
+    parser.add_argument("--scheme", default=None, choices=SCHEMES, help="override the config's harness.scheme")
+    parser.add_argument("--limit", type=int, default=None, help="items per task (overrides the config)")
+    parser.add_argument("--dry-run", action="store_true", help="validate the config and print the plan; load nothing")
+    parser.add_argument("--report-root", default="reports", help="where reports/<timestamp>-eval/ is made")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def plan(cfg, args) -> dict:
+    scheme = args.scheme or cfg.scheme or "bf16"
+    try:
+        model_dir, model_status = resolve_model_dir(cfg, args.model), "present"
+    except ModelNotPresent as e:
+        model_dir, model_status = None, f"absent -> run would be SKIPPED: {e}"
+    gates = []
+    if cfg.one_sided:
+        gates += [f"one_sided {t.name}:{m.name} >= {m.value}*(1-{cfg.rtol})" if m.value is not None
+                  else f"one_sided {t.name}:{m.name} (record only)" for t in cfg.tasks for m in t.metrics]
+    if cfg.paired:
+        p = cfg.paired
+        gates.append(f"paired vs {cfg.baseline_scheme}: {p.method}, allowance {p.allowance}, "
+                     f"confidence {p.confidence}, resamples {p.resamples}, seed {p.seed}")
+    if cfg.kl:
+        gates.append(f"kl on {cfg.kl.task}: mean per-token KL <= {cfg.kl.max}")
+    return {
+        "config": cfg.path, "model_name": cfg.model_name, "model_dir": model_dir, "model": model_status,
+        "scheme": scheme, "baseline_scheme": cfg.baseline_scheme, "backend": cfg.backend,
+        "tasks": cfg.task_names, "limit": args.limit if args.limit is not None else cfg.limit,
+        "num_fewshot": cfg.num_fewshot, "seed": cfg.seed, "gates": gates, "warnings": cfg.warnings,
+    }
+
+
+def main(args) -> int:
+    try:
+        cfg = load(args.config)
+    except ConfigError as e:
+        print(f"moe-harness eval: invalid config: {e}", file=sys.stderr)
+        return 2
+    the_plan = plan(cfg, args)
+    if args.dry_run:
+        print(json.dumps(the_plan, indent=2))
+        return 0
+    for w in cfg.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    from .evaluate import Session, run_config
+
+    session = Session(disable_tqdm=args.quiet)
+    result = run_config(cfg, session=session, model=args.model, scheme=args.scheme, limit=args.limit)
+    if result.get("skipped"):
+        print(result["message"])
+        return 3 if os.environ.get("HARNESS_REQUIRE_CHECKPOINT") == "1" else 0
+    from harness.report import ReportDir
+
+    from .report import write_lm_eval_report
+
+    rd = ReportDir.create("eval", root=args.report_root)
+    folder = write_lm_eval_report(rd, [result], title=f"lm-eval {cfg.path} [{result['details']['scheme']}]")
+    for g in result["details"]["gates"]:
+        status = "skip" if g.get("skipped") else ("PASS" if g["passed"] else "FAIL")
+        print(f"{status:4s} {g['gate']:9s} {g['name']}: " + ", ".join(
+            f"{k}={_short(v)}" for k, v in g["details"].items() if k not in ("rule",)))
+    print(f"{'PASSED' if result['passed'] else 'FAILED'}: {result['message']}  (report: {folder})")
+    return 0 if result["passed"] else 1
+
+
+def _short(v):
+    return f"{v:.5g}" if isinstance(v, float) else v

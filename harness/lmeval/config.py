@@ -1,0 +1,304 @@
+"""Accuracy configs (suites/lm_eval/configs/*.yaml).
+
+A config in vLLM's lm-eval format loads unchanged:
+
+    model_name: "mistralai/Mixtral-8x7B-Instruct-v0.1"
+    tasks:
+      - name: "gsm8k"
+        metrics:
+          - name: "exact_match,strict-match"
+            value: 0.616
+    limit: 250            # optional
+    num_fewshot: 5        # optional
+    rtol: 0.08            # optional (vLLM's default tolerance)
+
+Other vLLM keys (max_model_len, batch_size, gen_kwargs, ...) are accepted and
+kept; unknown top-level keys are reported as warnings, never silently used.
+The harness adds one optional mapping, `harness:` (unknown keys in it are
+errors), with the scheme, the baseline scheme, model location and gates.
+Every error names the file and the field.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .builder import SCHEMES
+
+DEFAULT_RTOL = 0.08
+VLLM_KEYS = {
+    "model_name", "tasks", "limit", "num_fewshot", "rtol", "max_model_len", "trust_remote_code",
+    "batch_size", "backend", "gen_kwargs", "apply_chat_template", "fewshot_as_multiturn", "add_bos_token",
+    "enforce_eager", "kv_cache_dtype", "tensor_parallel_size", "enable_thinking", "chat_template_args",
+    "max_num_seqs", "env", "model_args", "dtype", "quantization", "seed",
+}
+HARNESS_KEYS = {"scheme", "baseline_scheme", "backend", "dtype", "device", "batch_size", "model_dir",
+                "model_dir_env", "model_subdir", "calibration", "gates", "seed", "description"}
+GATE_KEYS = {"one_sided", "paired", "kl"}
+PAIRED_KEYS = {"allowance", "confidence", "method", "resamples", "seed", "metrics"}
+KL_KEYS = {"task", "max", "docs"}
+CALIB_KEYS = {"docs", "seed"}
+
+
+class ConfigError(ValueError):
+    def __init__(self, path, fld: str, problem: str):
+        super().__init__(f"{path}: {fld}: {problem}")
+        self.path, self.field, self.problem = str(path), fld, problem
+
+
+@dataclass
+class MetricSpec:
+    name: str          # as lm-eval reports it: "metric,filter"
+    value: float | None
+
+
+@dataclass
+class TaskSpec:
+    name: str
+    metrics: list[MetricSpec]
+
+
+@dataclass
+class PairedSpec:
+    allowance: float = 0.03
+    confidence: float = 0.95
+    method: str = "bootstrap"
+    resamples: int = 2000
+    seed: int = 0
+    metrics: list[str] | None = None   # "task:metric"; default: every 0/1 accuracy metric
+
+
+@dataclass
+class KLSpec:
+    task: str | None = None
+    max: float | None = None
+    docs: int | None = None
+
+
+@dataclass
+class AccuracyConfig:
+    path: str
+    model_name: str
+    tasks: list[TaskSpec]
+    rtol: float = DEFAULT_RTOL
+    limit: int | None = None
+    num_fewshot: int | None = None
+    scheme: str | None = None
+    baseline_scheme: str = "bf16"
+    backend: str = "unfused"
+    dtype: str = "auto"
+    device: str | None = None
+    batch_size: int = 32
+    model_dir: str | None = None
+    model_dir_env: str | None = None
+    model_subdir: str | None = None
+    calibration: dict = field(default_factory=dict)
+    one_sided: bool = True
+    paired: PairedSpec | None = field(default_factory=PairedSpec)
+    kl: KLSpec | None = None
+    seed: int = 0
+    description: str = ""
+    vllm_extra: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def task_names(self) -> list[str]:
+        return [t.name for t in self.tasks]
+
+
+def _metric_name(name: str) -> str:
+    return name if "," in name else f"{name},none"
+
+
+def _num(path, fld, v, *, lo=None, hi=None, integer=False, allow_none=False):
+    if v is None and allow_none:
+        return None
+    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok_type:
+        raise ConfigError(path, fld, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
+    if lo is not None and v < lo:
+        raise ConfigError(path, fld, f"must be >= {lo}, got {v!r}")
+    if hi is not None and v > hi:
+        raise ConfigError(path, fld, f"must be <= {hi}, got {v!r}")
+    return v
+
+
+def _str(path, fld, v, allow_none=False):
+    if v is None and allow_none:
+        return None
+    if not isinstance(v, str) or not v:
+        raise ConfigError(path, fld, f"expected a non-empty string, got {v!r}")
+    return v
+
+
+def _mapping(path, fld, v, allowed):
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ConfigError(path, fld, f"expected a mapping, got {type(v).__name__}")
+    extra = sorted(set(v) - allowed)
+    if extra:
+        raise ConfigError(path, f"{fld}.{extra[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    return v
+
+
+def _scheme(path, fld, v, allow_none=False):
+    if v is None and allow_none:
+        return None
+    if v not in SCHEMES:
+        raise ConfigError(path, fld, f"unknown scheme {v!r}; known: {', '.join(SCHEMES)}")
+    return v
+
+
+def parse(data, path="<config>") -> AccuracyConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(path, "<top>", f"expected a mapping, got {type(data).__name__}")
+    model_name = _str(path, "model_name", data.get("model_name"))
+    raw_tasks = data.get("tasks")
+    if not isinstance(raw_tasks, list) or not raw_tasks:
+        raise ConfigError(path, "tasks", f"expected a non-empty list, got {raw_tasks!r}")
+    tasks = []
+    for i, t in enumerate(raw_tasks):
+        if not isinstance(t, dict):
+            raise ConfigError(path, f"tasks[{i}]", f"expected a mapping, got {t!r}")
+        name = _str(path, f"tasks[{i}].name", t.get("name"))
+        metrics_raw = t.get("metrics")
+        if not isinstance(metrics_raw, list) or not metrics_raw:
+            raise ConfigError(path, f"tasks[{i}].metrics", f"expected a non-empty list, got {metrics_raw!r}")
+        metrics = []
+        for j, m in enumerate(metrics_raw):
+            fld = f"tasks[{i}].metrics[{j}]"
+            if not isinstance(m, dict):
+                raise ConfigError(path, fld, f"expected a mapping, got {m!r}")
+            mname = _str(path, f"{fld}.name", m.get("name"))
+            if "value" not in m:
+                raise ConfigError(path, f"{fld}.value", "missing (use null to record without a reference)")
+            value = _num(path, f"{fld}.value", m.get("value"), allow_none=True)
+            metrics.append(MetricSpec(_metric_name(mname), value))
+        tasks.append(TaskSpec(name, metrics))
+    cfg = AccuracyConfig(
+        path=str(path), model_name=model_name, tasks=tasks,
+        rtol=_num(path, "rtol", data.get("rtol", DEFAULT_RTOL), lo=0, hi=1),
+        limit=_num(path, "limit", data.get("limit"), lo=1, integer=True, allow_none=True),
+        num_fewshot=_num(path, "num_fewshot", data.get("num_fewshot"), lo=0, integer=True, allow_none=True),
+    )
+    for key in sorted(set(data) - VLLM_KEYS - {"harness"}):
+        cfg.warnings.append(f"{path}: {key}: unknown top-level key, ignored")
+    cfg.vllm_extra = {k: v for k, v in data.items() if k in VLLM_KEYS
+                      and k not in ("model_name", "tasks", "limit", "num_fewshot", "rtol")}
+    if "batch_size" in cfg.vllm_extra and isinstance(cfg.vllm_extra["batch_size"], int):
+        cfg.batch_size = cfg.vllm_extra["batch_size"]
+    h = _mapping(path, "harness", data.get("harness"), HARNESS_KEYS)
+    cfg.scheme = _scheme(path, "harness.scheme", h.get("scheme"), allow_none=True)
+    cfg.baseline_scheme = _scheme(path, "harness.baseline_scheme", h.get("baseline_scheme", "bf16"))
+    cfg.backend = _str(path, "harness.backend", h.get("backend", "unfused"))
+    cfg.dtype = _str(path, "harness.dtype", h.get("dtype", "auto"))
+    if cfg.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise ConfigError(path, "harness.dtype", f"expected auto|float32|bfloat16|float16, got {cfg.dtype!r}")
+    cfg.device = _str(path, "harness.device", h.get("device"), allow_none=True)
+    cfg.batch_size = _num(path, "harness.batch_size", h.get("batch_size", cfg.batch_size), lo=1, integer=True)
+    cfg.model_dir = _str(path, "harness.model_dir", h.get("model_dir"), allow_none=True)
+    cfg.model_dir_env = _str(path, "harness.model_dir_env", h.get("model_dir_env"), allow_none=True)
+    cfg.model_subdir = _str(path, "harness.model_subdir", h.get("model_subdir"), allow_none=True)
+    cfg.seed = _num(path, "harness.seed", h.get("seed", 0), integer=True, lo=0)
+    cfg.description = h.get("description", "") or ""
+    calib = _mapping(path, "harness.calibration", h.get("calibration"), CALIB_KEYS)
+    cfg.calibration = {k: _num(path, f"harness.calibration.{k}", v, integer=True, lo=1) for k, v in calib.items()}
+    gates = _mapping(path, "harness.gates", h.get("gates"), GATE_KEYS)
+    one = gates.get("one_sided", True)
+    if not isinstance(one, bool):
+        raise ConfigError(path, "harness.gates.one_sided", f"expected true/false, got {one!r}")
+    cfg.one_sided = one
+    cfg.paired = _parse_paired(path, gates.get("paired", {}))
+    cfg.kl = _parse_kl(path, gates.get("kl"), cfg)
+    return cfg
+
+
+def _parse_paired(path, raw) -> PairedSpec | None:
+    if raw is False:
+        return None
+    p = _mapping(path, "harness.gates.paired", raw, PAIRED_KEYS)
+    spec = PairedSpec()
+    fld = "harness.gates.paired"
+    if "allowance" in p:
+        spec.allowance = _num(path, f"{fld}.allowance", p["allowance"], lo=0, hi=1)
+    if "confidence" in p:
+        spec.confidence = _num(path, f"{fld}.confidence", p["confidence"], lo=0.5, hi=0.9999)
+    if "method" in p:
+        if p["method"] not in ("bootstrap", "mcnemar"):
+            raise ConfigError(path, f"{fld}.method", f"expected bootstrap|mcnemar, got {p['method']!r}")
+        spec.method = p["method"]
+    if "resamples" in p:
+        spec.resamples = _num(path, f"{fld}.resamples", p["resamples"], lo=100, integer=True)
+    if "seed" in p:
+        spec.seed = _num(path, f"{fld}.seed", p["seed"], lo=0, integer=True)
+    if "metrics" in p:
+        if not isinstance(p["metrics"], list) or not all(isinstance(m, str) and ":" in m for m in p["metrics"]):
+            raise ConfigError(path, f"{fld}.metrics", "expected a list of 'task:metric' strings")
+        spec.metrics = [f"{m.split(':', 1)[0]}:{_metric_name(m.split(':', 1)[1])}" for m in p["metrics"]]
+    return spec
+
+
+def _parse_kl(path, raw, cfg: AccuracyConfig) -> KLSpec | None:
+    if raw in (None, False):
+        return None
+    k = _mapping(path, "harness.gates.kl", raw, KL_KEYS)
+    task = _str(path, "harness.gates.kl.task", k.get("task"))
+    if task not in cfg.task_names:
+        raise ConfigError(path, "harness.gates.kl.task", f"{task!r} is not one of the config's tasks {cfg.task_names}")
+    return KLSpec(task=task, max=_num(path, "harness.gates.kl.max", k.get("max"), lo=0, allow_none=True),
+                  docs=_num(path, "harness.gates.kl.docs", k.get("docs"), lo=1, integer=True, allow_none=True))
+
+
+def load(path) -> AccuracyConfig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(path, "<file>", f"cannot read: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(path, "<yaml>", f"not valid YAML: {e}") from None
+    return parse(data, path)
+
+
+class ModelNotPresent(RuntimeError):
+    """A nightly checkpoint is not on this agent: the run is skipped, with this message."""
+
+
+def resolve_model_dir(cfg: AccuracyConfig, override: str | None = None) -> str:
+    """The local folder to load, or ModelNotPresent naming what was looked for."""
+    from . import BUNDLED_MODEL_NAME, tiny_model
+
+    if override:
+        if override == BUNDLED_MODEL_NAME:
+            return str(tiny_model.bundled_dir())
+        if not Path(override).is_dir():
+            raise ModelNotPresent(f"--model {override}: no such folder")
+        return override
+    if cfg.model_dir:
+        if not Path(cfg.model_dir).is_dir():
+            raise ModelNotPresent(f"{cfg.path}: harness.model_dir {cfg.model_dir} does not exist")
+        return cfg.model_dir
+    if cfg.model_name == BUNDLED_MODEL_NAME:
+        return str(tiny_model.bundled_dir())
+    if cfg.model_dir_env:
+        root = os.environ.get(cfg.model_dir_env)
+        sub = cfg.model_subdir or cfg.model_name.split("/")[-1]
+        if not root:
+            raise ModelNotPresent(f"{cfg.model_name}: ${cfg.model_dir_env} is not set; set it to the folder that "
+                                  f"holds {sub}/ to run this config")
+        folder = Path(root) / sub
+        if not (folder / "config.json").is_file():
+            raise ModelNotPresent(f"{cfg.model_name}: no checkpoint at {folder} (config.json missing) "
+                                  f"under ${cfg.model_dir_env}={root}")
+        return str(folder)
+    if Path(cfg.model_name).is_dir():
+        return cfg.model_name
+    raise ModelNotPresent(f"{cfg.model_name}: not a local folder and no harness.model_dir/model_dir_env given "
+                          "(no hub downloads)")

@@ -1,0 +1,228 @@
+"""Run accuracy configs: lm-eval on the baseline and on the scheme (same loaded
+model, same items), the KL measurement, and the three gates.
+
+`Session` keeps one loaded model per model folder and caches the baseline's
+lm-eval results per (tasks, limit, num_fewshot), so evaluating every scheme
+of the tiny model runs the baseline once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import gates, tasks
+from .config import AccuracyConfig, ModelNotPresent, load, resolve_model_dir
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = REPO_ROOT / "suites" / "lm_eval" / "configs"
+
+
+def tiny_config_path(scheme: str) -> Path:
+    return CONFIG_DIR / f"tiny-{scheme}.yaml"
+
+
+@dataclass
+class Session:
+    lms: dict = field(default_factory=dict)          # (model_dir, dtype, device, backend) -> MoEEmuLM
+    baselines: dict = field(default_factory=dict)    # key -> lm-eval output
+    disable_tqdm: bool = False
+
+    def lm(self, model_dir: str, cfg: AccuracyConfig, scheme: str):
+        from .adapter import MoEEmuLM
+
+        key = (model_dir, cfg.dtype, cfg.device, cfg.backend)
+        if key not in self.lms:
+            calib = cfg.calibration or {}
+            kwargs = dict(pretrained=model_dir, scheme=cfg.baseline_scheme, backend=cfg.backend,
+                          device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size)
+            if "docs" in calib:
+                kwargs["calibration_docs"] = calib["docs"]
+            if "seed" in calib:
+                kwargs["calibration_seed"] = calib["seed"]
+            self.lms[key] = MoEEmuLM(**kwargs)
+        lm = self.lms[key]
+        lm.set_scheme(scheme)
+        return lm
+
+
+def _simple_evaluate(lm, cfg: AccuracyConfig, limit, disable_tqdm: bool) -> dict:
+    import lm_eval
+
+    out = lm_eval.simple_evaluate(
+        model=lm, tasks=cfg.task_names, num_fewshot=cfg.num_fewshot, limit=limit,
+        task_manager=tasks.task_manager(), log_samples=True, bootstrap_iters=0,
+        random_seed=cfg.seed, numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed,
+        fewshot_random_seed=cfg.seed, verbosity="ERROR",
+    )
+    return out
+
+
+def _metric(results: dict, task: str, metric: str):
+    v = results.get("results", {}).get(task, {}).get(metric)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _per_item(samples: dict, task: str, metric: str) -> dict[int, float]:
+    base, _, filt = metric.partition(",")
+    out = {}
+    for s in samples.get(task, []):
+        if filt and s.get("filter", "none") != filt:
+            continue
+        v = s.get(base)
+        if isinstance(v, (int, float)) or (hasattr(v, "item") and getattr(v, "ndim", 1) == 0):
+            out[int(s["doc_id"])] = float(v)
+    return out
+
+
+def _is_binary(values) -> bool:
+    return bool(values) and all(v in (0.0, 1.0) for v in values)
+
+
+def _paired_metrics(cfg: AccuracyConfig, base_out: dict, scheme_out: dict) -> list[tuple[str, str]]:
+    if cfg.paired is None:
+        return []
+    if cfg.paired.metrics:
+        return [tuple(m.split(":", 1)) for m in cfg.paired.metrics]
+    chosen = []
+    for t in cfg.tasks:
+        for m in t.metrics:
+            if _is_binary(list(_per_item(base_out.get("samples", {}), t.name, m.name).values())):
+                chosen.append((t.name, m.name))
+    return chosen
+
+
+def _rolling_texts(cfg: AccuracyConfig, limit) -> list[str]:
+    """The KL task's documents, as lm-eval renders them (doc_to_target), first `limit`."""
+    from lm_eval.tasks import get_task_dict
+
+    task = get_task_dict([cfg.kl.task], tasks.task_manager())[cfg.kl.task]
+    docs = list(task.test_docs() if task.has_test_docs() else task.validation_docs())
+    n = cfg.kl.docs or limit or len(docs)
+    return [task.doc_to_target(d) for d in docs[:n]]
+
+
+def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: str | None = None,
+               scheme: str | None = None, limit: int | None = None) -> dict:
+    """One config -> a result dict {name, passed, skipped, message, details, time, raw}."""
+    t0 = time.perf_counter()
+    session = session or Session()
+    scheme = scheme or cfg.scheme or "bf16"
+    limit = limit if limit is not None else cfg.limit
+    name = f"lm_eval/{Path(cfg.path).stem}" + (f"[{scheme}]" if scheme != cfg.scheme else "")
+    try:
+        model_dir = resolve_model_dir(cfg, model)
+    except ModelNotPresent as e:
+        return {"name": name, "passed": True, "skipped": True, "message": f"SKIPPED: {e}",
+                "details": {"scheme": scheme}, "time": 0.0, "raw": {}}
+    timings = {}
+    lm = session.lm(model_dir, cfg, cfg.baseline_scheme)
+    bkey = (model_dir, cfg.baseline_scheme, tuple(cfg.task_names), limit, cfg.num_fewshot, cfg.seed)
+    t = time.perf_counter()
+    if bkey not in session.baselines:
+        session.baselines[bkey] = _simple_evaluate(lm, cfg, limit, session.disable_tqdm)
+    base_out = session.baselines[bkey]
+    timings["baseline_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    if scheme == cfg.baseline_scheme:
+        scheme_out = base_out
+    else:
+        lm.set_scheme(scheme)
+        scheme_out = _simple_evaluate(lm, cfg, limit, session.disable_tqdm)
+    timings["scheme_s"] = time.perf_counter() - t
+
+    results: list[gates.GateResult] = []
+    metrics = {}
+    for tspec in cfg.tasks:
+        for m in tspec.metrics:
+            measured = _metric(scheme_out, tspec.name, m.name)
+            metrics[f"{tspec.name}:{m.name}"] = {"scheme": measured,
+                                                 "baseline": _metric(base_out, tspec.name, m.name),
+                                                 "expected": m.value}
+            if cfg.one_sided:
+                results.append(gates.one_sided(tspec.name, m.name, measured, m.value, cfg.rtol))
+    for task_name, metric in _paired_metrics(cfg, base_out, scheme_out):
+        b = _per_item(base_out.get("samples", {}), task_name, metric)
+        s = _per_item(scheme_out.get("samples", {}), task_name, metric)
+        ids = sorted(set(b) & set(s))
+        p = cfg.paired
+        results.append(gates.paired(task_name, metric, [b[i] for i in ids], [s[i] for i in ids],
+                                    allowance=p.allowance, confidence=p.confidence, resamples=p.resamples,
+                                    seed=p.seed, method=p.method))
+    kl_info = None
+    if cfg.kl is not None:
+        t = time.perf_counter()
+        texts = _rolling_texts(cfg, limit)
+        kl_info = __import__("harness.lmeval.kl", fromlist=["mean_token_kl"]).mean_token_kl(
+            lm, texts, cfg.baseline_scheme, scheme, batch_docs=max(8, cfg.batch_size),
+            disable_tqdm=session.disable_tqdm)
+        timings["kl_s"] = time.perf_counter() - t
+        if cfg.kl.max is None:
+            results.append(gates.GateResult("kl", f"{cfg.kl.task}:kl", True,
+                                            {"mean_kl": kl_info["mean_kl"], "threshold": None,
+                                             "note": "no threshold: recorded only"}, skipped=True))
+        else:
+            results.append(gates.kl_gate(cfg.kl.task, kl_info["mean_kl"], cfg.kl.max, kl_info["n_tokens"],
+                                         {"max_token_kl": kl_info["max_token_kl"]}))
+    lm.set_scheme(cfg.baseline_scheme)
+    passed = all(g.passed for g in results)
+    failed = [g for g in results if not g.passed]
+    message = "all gates passed" if passed else "; ".join(_why(g) for g in failed)
+    details = {
+        "scheme": scheme, "baseline_scheme": cfg.baseline_scheme, "model_name": cfg.model_name,
+        "model": lm.describe(), "limit": limit, "num_fewshot": cfg.num_fewshot, "seed": cfg.seed,
+        "metrics": metrics, "gates": [g.as_dict() for g in results],
+        "kl": None if kl_info is None else {k: v for k, v in kl_info.items() if k != "per_doc_mean_kl"},
+        "timings": {k: round(v, 2) for k, v in timings.items()}, "config": cfg.path,
+        "warnings": cfg.warnings,
+    }
+    return {"name": name, "passed": passed, "skipped": False, "message": message, "details": details,
+            "time": round(time.perf_counter() - t0, 2),
+            "raw": {"baseline": _strip(base_out), "scheme": _strip(scheme_out)}}
+
+
+def _why(g: gates.GateResult) -> str:
+    d = g.details
+    if g.gate == "one_sided":
+        return f"{g.name} {d.get('measured')} < bound {d.get('bound')}" if "bound" in d else f"{g.name}: {d.get('note')}"
+    if g.gate == "paired":
+        return (f"{g.name} paired drop {d.get('drop', math.nan):.4f} "
+                f"(CI low {d.get('drop_ci_low', math.nan):.4f} > allowance {d.get('allowance')})"
+                if "drop" in d else f"{g.name}: {d.get('note')}")
+    return f"{g.name} KL {d.get('mean_kl', math.nan):.5f} > {d.get('threshold')}"
+
+
+def _strip(out: dict) -> dict:
+    """lm-eval's output without per-sample documents (kept small), JSON-ready."""
+    keep = {k: v for k, v in out.items() if k not in ("samples",)}
+    keep["per_item"] = {
+        task: [{"doc_id": s["doc_id"], "filter": s.get("filter"),
+                **{m: s[m] for m in s.get("metrics", []) if m in s},
+                "resps": s.get("filtered_resps")} for s in rows]
+        for task, rows in out.get("samples", {}).items()
+    }
+    return keep
+
+
+def run_tiny_all_schemes(report_dir, limit: int | None = 200, schemes=None, session: Session | None = None,
+                         write: bool = True) -> list[dict]:
+    """Every tiny-<scheme>.yaml config, one shared model and baseline; writes
+    <report_dir>/lm_eval/ (raw results, summary.md, plot) when `write`."""
+    from .builder import SCHEMES
+
+    session = session or Session()
+    schemes = list(schemes or SCHEMES)
+    out = []
+    for s in schemes:
+        cfg = load(tiny_config_path(s))
+        out.append(run_config(cfg, session=session, limit=limit))
+    if write and report_dir is not None:
+        from .report import write_lm_eval_report
+
+        write_lm_eval_report(report_dir, out, title="lm-eval: tiny-moe, every scheme")
+    return [{k: v for k, v in r.items() if k != "raw"} for r in out]

@@ -1,0 +1,46 @@
+"""Per-token KL divergence between the baseline's and the scheme's next-token
+distributions on the rolling task's documents.
+
+Both distributions come from the same loaded model (MoEEmuLM.set_scheme), on
+the same disjoint rolling windows lm-eval scores, batch by batch, so nothing
+of vocabulary size is ever stored for more than one batch.
+KL(P_base || P_scheme) = sum_v p_base(v) (log p_base(v) - log p_scheme(v)),
+averaged over every predicted token.
+"""
+
+from __future__ import annotations
+
+import torch
+from tqdm import tqdm
+
+
+@torch.no_grad()
+def mean_token_kl(lm, texts: list[str], baseline: str, scheme: str, batch_docs: int = 32,
+                  disable_tqdm: bool = False) -> dict:
+    rows, spans = [], []
+    for text in texts:
+        for ctx, cont in lm.rolling_windows(text):
+            whole = list(ctx) + list(cont)
+            rows.append(whole[:-1])
+            spans.append((len(whole) - 1 - len(cont), len(cont)))
+    previous = lm.scheme
+    total, count, worst = 0.0, 0, 0.0
+    per_doc_means = []
+    try:
+        for start in tqdm(range(0, len(rows), batch_docs), disable=disable_tqdm, desc=f"KL [{scheme} vs {baseline}]"):
+            chunk = rows[start:start + batch_docs]
+            lm.set_scheme(baseline)
+            base = lm.logprobs(chunk)
+            lm.set_scheme(scheme)
+            other = lm.logprobs(chunk)
+            for lp_b, lp_s, (first, n) in zip(base, other, spans[start:start + len(chunk)]):
+                pb, ps = lp_b[first:first + n], lp_s[first:first + n]
+                kl = (pb.exp() * (pb - ps)).sum(-1).clamp(min=0.0)
+                total += float(kl.sum())
+                count += int(kl.numel())
+                worst = max(worst, float(kl.max()))
+                per_doc_means.append(float(kl.mean()))
+    finally:
+        lm.set_scheme(previous)
+    return {"mean_kl": total / max(1, count), "n_tokens": count, "max_token_kl": worst,
+            "n_docs": len(texts), "per_doc_mean_kl": per_doc_means}

@@ -1,0 +1,188 @@
+"""Find the sparse-MoE blocks of a transformers causal LM and swap them for
+harness.moe emulation layers.
+
+Supported layouts (read from the installed transformers source):
+- transformers 5.x Mixtral / Qwen2-MoE / Qwen3-MoE: `block.experts` holds fused
+  3-D parameters `gate_up_proj` [E, 2I, H] (gate rows then up rows) and
+  `down_proj` [E, H, I]; `block.gate` is a router with `weight` [E, H]. Mixtral
+  always renormalizes the top-k probabilities; the Qwen routers do when
+  `norm_topk_prob` is set. Qwen2-MoE adds a dense `shared_expert` gated by
+  sigmoid(`shared_expert_gate`), which stays unquantized (as vLLM keeps it
+  outside the fused-MoE kernel).
+- transformers 4.x: `block.experts` is a ModuleList of per-expert MLPs
+  (Mixtral w1/w3/w2, Qwen gate_proj/up_proj/down_proj) and `block.gate` an
+  nn.Linear; the per-expert weights are stacked into the fused layout.
+
+Routing is always softmax -> top-k (-> renormalize), which is what the
+emulation layer implements; the replacement computes router logits with the
+block's own router weight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+@dataclass
+class MoEBlockSpec:
+    name: str                    # dotted module path, e.g. "model.layers.0.mlp"
+    family: str                  # "mixtral" | "qwen2_moe" | "qwen3_moe" | "generic"
+    w13: torch.Tensor            # [E, 2I, H]
+    w2: torch.Tensor             # [E, H, I]
+    router_weight: torch.Tensor  # [E, H]
+    top_k: int
+    renormalize: bool
+    shared_expert: nn.Module | None = None
+    shared_expert_gate: nn.Module | None = None
+    activation: str = "silu"
+
+    @property
+    def num_experts(self) -> int:
+        return self.w13.shape[0]
+
+    @property
+    def hidden(self) -> int:
+        return self.w13.shape[2]
+
+    @property
+    def intermediate(self) -> int:
+        return self.w2.shape[2]
+
+
+def _family(block: nn.Module) -> str:
+    cls = type(block).__name__.lower()
+    for fam in ("mixtral", "qwen2moe", "qwen3moe"):
+        if fam in cls:
+            return {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}.get(fam, fam)
+    return "generic"
+
+
+def _stack_experts(experts: nn.ModuleList) -> tuple[torch.Tensor, torch.Tensor]:
+    first = experts[0]
+    if all(hasattr(first, a) for a in ("w1", "w2", "w3")):      # Mixtral 4.x
+        gate = [e.w1.weight for e in experts]
+        up = [e.w3.weight for e in experts]
+        down = [e.w2.weight for e in experts]
+    elif all(hasattr(first, a) for a in ("gate_proj", "up_proj", "down_proj")):
+        gate = [e.gate_proj.weight for e in experts]
+        up = [e.up_proj.weight for e in experts]
+        down = [e.down_proj.weight for e in experts]
+    else:
+        raise TypeError(f"unknown per-expert layout: {type(first).__name__}")
+    w13 = torch.stack([torch.cat([g, u], dim=0) for g, u in zip(gate, up)])
+    return w13.detach(), torch.stack(down).detach()
+
+
+def _block_spec(name: str, block: nn.Module, config) -> MoEBlockSpec | None:
+    experts = getattr(block, "experts", None)
+    gate = getattr(block, "gate", None)
+    if experts is None or gate is None:
+        return None
+    if isinstance(experts, nn.ModuleList):
+        w13, w2 = _stack_experts(experts)
+    elif hasattr(experts, "gate_up_proj") and hasattr(experts, "down_proj"):
+        if getattr(experts, "is_transposed", False):
+            raise TypeError(f"{name}: transposed expert layout is not supported")
+        w13, w2 = experts.gate_up_proj.detach(), experts.down_proj.detach()
+    else:
+        return None
+    if w13.dim() != 3 or w2.dim() != 3:
+        return None
+    router_weight = gate.weight.detach()
+    family = _family(block)
+    top_k = int(getattr(gate, "top_k", None) or getattr(block, "top_k", None) or config.num_experts_per_tok)
+    if family == "mixtral":
+        renorm = True
+    else:
+        renorm = bool(getattr(gate, "norm_topk_prob", getattr(block, "norm_topk_prob",
+                                                               getattr(config, "norm_topk_prob", False))))
+    act = getattr(config, "hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise TypeError(f"{name}: activation {act!r} is not supported by the emulation layer")
+    return MoEBlockSpec(
+        name=name, family=family, w13=w13, w2=w2, router_weight=router_weight, top_k=top_k,
+        renormalize=renorm, shared_expert=getattr(block, "shared_expert", None),
+        shared_expert_gate=getattr(block, "shared_expert_gate", None),
+    )
+
+
+def find_moe_blocks(model: nn.Module) -> list[MoEBlockSpec]:
+    config = getattr(model, "config", None)
+    specs = []
+    for name, module in model.named_modules():
+        spec = _block_spec(name, module, config)
+        if spec is not None:
+            specs.append(spec)
+    if not specs:
+        raise TypeError(f"{type(model).__name__}: no sparse-MoE blocks found")
+    return specs
+
+
+class EmulatedSparseMoeBlock(nn.Module):
+    """Drop-in for a transformers sparse-MoE block: router logits from the
+    block's router weight, experts through a harness.moe emulation layer."""
+
+    def __init__(self, spec: MoEBlockSpec, emulated: nn.Module, scheme: str):
+        super().__init__()
+        self.spec_name = spec.name
+        self.scheme = scheme
+        self.router_weight = nn.Parameter(spec.router_weight, requires_grad=False)
+        self.emulated = emulated
+        self.shared_expert = spec.shared_expert
+        self.shared_expert_gate = spec.shared_expert_gate
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        shape = hidden_states.shape
+        h = hidden_states.reshape(-1, shape[-1])
+        router_logits = nn.functional.linear(h, self.router_weight)
+        out = self.emulated(h, router_logits).to(hidden_states.dtype)
+        if self.shared_expert is not None:
+            shared = self.shared_expert(h)
+            if self.shared_expert_gate is not None:
+                shared = torch.sigmoid(self.shared_expert_gate(h)) * shared
+            out = out + shared
+        return out.reshape(shape)
+
+
+def _parent(model: nn.Module, dotted: str):
+    parent_name, _, child = dotted.rpartition(".")
+    return (model.get_submodule(parent_name) if parent_name else model), child
+
+
+@dataclass
+class Swapper:
+    """Holds the original blocks and one built emulation per scheme; `use(s)`
+    switches the whole model between them (cheap: module attribute swaps)."""
+
+    model: nn.Module
+    specs: list[MoEBlockSpec]
+    originals: dict = field(default_factory=dict)
+    built: dict = field(default_factory=dict)     # scheme -> {name: module}
+    current: str | None = None
+
+    @classmethod
+    def attach(cls, model: nn.Module) -> "Swapper":
+        specs = find_moe_blocks(model)
+        originals = {s.name: model.get_submodule(s.name) for s in specs}
+        return cls(model=model, specs=specs, originals=originals)
+
+    def build(self, scheme: str, build_fn, scales: dict | None = None, backend: str = "unfused") -> None:
+        mods = {}
+        for spec in self.specs:
+            gs = (scales or {}).get(spec.name, {})
+            emu = build_fn(scheme, spec.w13, spec.w2, top_k=spec.top_k, renormalize=spec.renormalize,
+                           scoring="softmax", activation="silu", a1_gscale=gs.get("a1_gscale"),
+                           a2_gscale=gs.get("a2_gscale"), backend=backend)
+            mods[spec.name] = EmulatedSparseMoeBlock(spec, emu, scheme)
+        self.built[scheme] = mods
+
+    def use(self, scheme: str | None) -> None:
+        """Install `scheme`'s blocks; None puts the original transformers blocks back."""
+        table = self.originals if scheme is None else self.built[scheme]
+        for name, mod in table.items():
+            parent, child = _parent(self.model, name)
+            setattr(parent, child, mod)
+        self.current = scheme

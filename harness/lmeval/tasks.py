@@ -1,0 +1,68 @@
+"""The local lm-eval tasks of the tiny model (suites/lm_eval/tasks/).
+
+Task data is generated from the corpus seed and committed as JSONL next to
+the YAML files, so lm-eval reads it with no network and no `datasets` cache.
+`write_task_files` regenerates the JSONL; a test checks the committed files
+equal what the generator produces and that no item is in the training stream.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import corpus
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TASKS_DIR = REPO_ROOT / "suites" / "lm_eval" / "tasks"
+
+TASK_FILES = {
+    "tiny_add_mc": "tiny_add_mc.jsonl",
+    "tiny_add_gen": "tiny_add_gen.jsonl",
+    "tiny_add_rolling": "tiny_add_rolling.jsonl",
+}
+TINY_TASKS = tuple(TASK_FILES)
+ROLLING_TASK = "tiny_add_rolling"
+
+_KIND = {"tiny_add_mc": "mc", "tiny_add_gen": "gen", "tiny_add_rolling": "rolling"}
+
+
+def tasks_dir() -> Path:
+    return TASKS_DIR
+
+
+def render(seed: int = corpus.DEFAULT_SEED) -> dict[str, str]:
+    items = corpus.task_items(seed)
+    return {
+        fname: "".join(json.dumps(row, sort_keys=True) + "\n" for row in items[_KIND[task]])
+        for task, fname in TASK_FILES.items()
+    }
+
+
+def write_task_files(folder=None, seed: int = corpus.DEFAULT_SEED) -> list[Path]:
+    folder = Path(folder) if folder else TASKS_DIR
+    written = []
+    for fname, text in render(seed).items():
+        path = folder / fname
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+def read_rows(task: str, folder=None) -> list[dict]:
+    folder = Path(folder) if folder else TASKS_DIR
+    with open(folder / TASK_FILES[task]) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def task_manager(extra_paths=()):
+    """An lm-eval TaskManager that knows the local tasks (and nothing from the hub)."""
+    from lm_eval.tasks import TaskManager
+
+    paths = [str(TASKS_DIR)] + [str(p) for p in extra_paths]
+    return TaskManager(include_path=paths, include_defaults=False)
+
+
+if __name__ == "__main__":
+    for p in write_task_files():
+        print(p)
