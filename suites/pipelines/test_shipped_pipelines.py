@@ -78,3 +78,16 @@ def test_gpu_commands_run_under_the_hang_watchdog():
                 m = re.match(r"timeout --kill-after=\d+ (\d+)m ", c)
                 assert m, f"{name}: {s.where}: {c!r} is not under the watchdog"
                 assert int(m.group(1)) < s.raw["timeout_in_minutes"], f"{name}: {s.where}"
+
+
+def test_nightly_runs_every_real_checkpoint_config_on_both_gpus():
+    configs = {p.name for p in (REPO / "suites/lm_eval/configs").glob("nightly-*.yaml")}
+    found = {}
+    for s in load("buildkite/nightly.yml").command_steps:
+        for c in s.commands:
+            m = re.search(r"moe-harness eval --config suites/lm_eval/configs/(nightly-\S+\.yaml)", c)
+            if m:
+                found.setdefault(target_of(s.queue), set()).add(m.group(1))
+                assert s.env.get("HARNESS_REQUIRE_CHECKPOINT") == "1", s.where
+    assert found.get("cuda", set()) == configs
+    assert found.get("rocm", set()) == configs
