@@ -26,7 +26,6 @@ from pathlib import Path
 
 from harness import report
 
-from . import graph as graph_mod
 from .plan import Plan
 
 OK_STATES = ("passed", "soft_failed", "skipped")

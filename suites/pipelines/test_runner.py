@@ -83,6 +83,12 @@ def test_dependency_failure_blocks_unless_allowed(fixture_run):
     assert by["annotate"]["state"] == "passed"  # behind `continue_on_failure: true`
 
 
+def test_group_runs_its_steps_and_satisfies_dependents(fixture_run):
+    by = fixture_run[3]
+    assert by["in-group"]["state"] == "passed"
+    assert by["after-group"]["state"] == "passed"
+
+
 def test_other_targets_and_false_conditions_are_skipped(fixture_run):
     _, root, _, by = fixture_run
     assert "cuda-only" not in by and "conditional" not in by
