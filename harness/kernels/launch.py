@@ -16,7 +16,7 @@ from .constants import kernel_constants
 from .loader import kernels
 
 # GPU tile: elements per program and warps (bench.py --sweep measures others).
-GPU_TILE_ELEMS = 4096
+GPU_TILE_ELEMS = 2048
 GPU_NUM_WARPS = 4
 # Interpreter: one numpy pass per program, so few, large programs.
 INTERP_MAX_BPP = 256

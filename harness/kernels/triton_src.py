@@ -28,7 +28,6 @@ F32_SIGN: tl.constexpr = tl.constexpr(-(2**31))  # 0x80000000 as int32
 F32_BIAS: tl.constexpr = tl.constexpr(127)
 F32_QNAN: tl.constexpr = tl.constexpr(0x7FC00000)
 F32_INF: tl.constexpr = tl.constexpr(0x7F800000)
-F32_NAN_VALUE: tl.constexpr = tl.constexpr(float("nan"))
 F32_MIN_SUB_E8M0: tl.constexpr = tl.constexpr(0x400000)  # 2^-127, a float32 subnormal
 SC_BIAS: tl.constexpr = tl.constexpr(E8M0_BIAS)
 SC_MAX: tl.constexpr = tl.constexpr(E8M0_MAX_BYTE)
@@ -158,7 +157,9 @@ def _quantize_tile(x, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, ROUND_A
         sf = gs * (amax_bits.to(tl.float32, bitcast=True) * ONE_SIXTH)
         sfb = tl.minimum(sf.to(tl.int32, bitcast=True), S_CLAMP_BITS)
         s, s_mag = _round_to_grid(sfb, S_MBITS, S_EMIN_FIELD, False)
-        s = tl.where(nan_blk, F32_NAN_VALUE, s)
+        # (NaN built from bits: a NaN-valued global would fail triton's
+        # 'global changed since compiled' check, NaN != NaN)
+        s = tl.where(nan_blk, F32_QNAN, s.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
         scale_code = tl.where(nan_blk, S_NAN_CODE, s_mag)
         enc = tl.math.div_rn(gs, s)  # fl32(gs / s) first, as the reference
         y = x * enc[:, None]
