@@ -238,6 +238,13 @@ class MoEEmuLM(TemplateLM):
         pbar.close()
         return outputs
 
+    def _cache_kwarg(self) -> str:
+        """transformers >= 5.x names the KV cache `cache`; 4.x `past_key_values`."""
+        import inspect
+
+        params = inspect.signature(self.model.forward).parameters
+        return "cache" if "cache" in params else "past_key_values"
+
     def _greedy(self, contexts: list[str], until: list[str], max_new: int) -> list[str]:
         encs = [self.tok_encode(c)[-(self.max_length - max_new):] for c in contexts]
         width = max(len(e) for e in encs)
@@ -252,10 +259,11 @@ class MoEEmuLM(TemplateLM):
         done = [False] * len(encs)
         past = None
         step_ids, step_pos = ids, positions
+        cache_kw = self._cache_kwarg()
         for _ in range(max_new):
             out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
-                             past_key_values=past, use_cache=True)
-            past = out.past_key_values
+                             use_cache=True, **{cache_kw: past})
+            past = getattr(out, cache_kw, None)
             nxt = out.logits[:, -1].argmax(-1)
             for j, t in enumerate(nxt.tolist()):
                 if not done[j]:

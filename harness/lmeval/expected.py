@@ -34,6 +34,11 @@ def round_up_sig(x: float, digits: int = 3) -> float:
     return float(f"{math.ceil(x / 10 ** e) * 10 ** e:.{digits}g}")
 
 
+def yaml_float(x: float) -> str:
+    """A float PyYAML (YAML 1.1) reads back as a float: 1.000e-09, never 1e-09."""
+    return f"{x:.3e}" if abs(x) < 1e-3 else f"{x:.3g}"
+
+
 def render(scheme: str, measured: dict, kl: float, source: str) -> str:
     kl_max = 1e-9 if scheme == "bf16" else (round_up_sig(KL_FACTOR * kl) if kl is not None else None)
     lines = [
@@ -71,8 +76,8 @@ def render(scheme: str, measured: dict, kl: float, source: str) -> str:
         "    kl:",
         "      task: tiny_add_rolling",
         f"      docs: {KL_DOCS}",
-        f"      max: {kl_max:.3g}    # measured {kl:.4g} x {KL_FACTOR}" if kl_max is not None and kl
-        else f"      max: {'null' if kl_max is None else f'{kl_max:.3g}'}",
+        f"      max: {yaml_float(kl_max)}    # measured {kl:.4g} x {KL_FACTOR}" if kl_max is not None and kl
+        else f"      max: {'null' if kl_max is None else yaml_float(kl_max)}",
         "",
     ]
     return "\n".join(lines)

@@ -10,8 +10,15 @@ averaged over every predicted token.
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 from tqdm import tqdm
+
+
+# the baseline's log-probs are kept (per loaded model) when they are small, so
+# evaluating several schemes or faults against one baseline runs it once
+CACHE_LIMIT_ELEMENTS = 50_000_000
 
 
 @torch.no_grad()
@@ -24,13 +31,25 @@ def mean_token_kl(lm, texts: list[str], baseline: str, scheme: str, batch_docs: 
             rows.append(whole[:-1])
             spans.append((len(whole) - 1 - len(cont), len(cont)))
     previous = lm.scheme
+    vocab = getattr(lm.model.config, "vocab_size", 0) or 0
+    n_tokens = sum(len(r) for r in rows)
+    cache = getattr(lm, "_kl_baseline_cache", None)
+    if cache is None:
+        cache = lm._kl_baseline_cache = {}
+    key = (baseline, batch_docs, hashlib.sha256(repr(rows).encode()).hexdigest())
+    cacheable = n_tokens * vocab <= CACHE_LIMIT_ELEMENTS
     total, count, worst = 0.0, 0, 0.0
     per_doc_means = []
     try:
         for start in tqdm(range(0, len(rows), batch_docs), disable=disable_tqdm, desc=f"KL [{scheme} vs {baseline}]"):
             chunk = rows[start:start + batch_docs]
-            lm.set_scheme(baseline)
-            base = lm.logprobs(chunk)
+            if cacheable and (key, start) in cache:
+                base = cache[(key, start)]
+            else:
+                lm.set_scheme(baseline)
+                base = lm.logprobs(chunk)
+                if cacheable:
+                    cache[(key, start)] = base
             lm.set_scheme(scheme)
             other = lm.logprobs(chunk)
             for lp_b, lp_s, (first, n) in zip(base, other, spans[start:start + len(chunk)]):

@@ -117,7 +117,7 @@ def train(out, seed=corpus.DEFAULT_SEED, steps=DEFAULTS["steps"], batch=DEFAULTS
         outp.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(outp.loss))
+        losses.append(float(outp.loss.detach()))
         if not quiet and (step % 100 == 0 or step == steps - 1):
             print(f"step {step:5d} loss {sum(losses[-100:]) / len(losses[-100:]):.4f} "
                   f"t={time.perf_counter() - t0:.0f}s", flush=True)

@@ -1,0 +1,74 @@
+"""The bundled model, tokenizer and tasks: offline, small, held out, good."""
+
+import json
+import random
+from pathlib import Path
+
+from harness.lmeval import corpus, tasks, tiny_model
+from harness.lmeval import tokenizer as tok
+
+MODEL = tiny_model.bundled_dir()
+
+
+def test_bundled_model_is_small_and_complete():
+    files = {p.name for p in MODEL.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= files
+    size = sum(p.stat().st_size for p in MODEL.iterdir())
+    assert size <= 10 * 1024 * 1024, size
+    cfg = json.loads((MODEL / "config.json").read_text())
+    assert cfg["model_type"] == "qwen3_moe" and cfg.get("num_experts", cfg.get("num_local_experts")) == 8 and cfg["num_experts_per_tok"] == 2
+    for k in ("hidden_size", "moe_intermediate_size"):
+        assert cfg[k] % 32 == 0 and cfg[k] % 16 == 0
+
+
+def test_tokenizer_loads_offline_with_autotokenizer():
+    from transformers import AutoTokenizer
+
+    t = AutoTokenizer.from_pretrained(str(MODEL), local_files_only=True)
+    text = "123+456=579\n"
+    ids = t.encode(text, add_special_tokens=False)
+    assert len(ids) == len(text) and t.decode(ids) == text
+    assert t.eos_token == tok.EOS and t.pad_token == tok.PAD
+
+
+def test_task_files_are_what_the_generator_makes():
+    rendered = tasks.render()
+    for fname, text in rendered.items():
+        assert (tasks.TASKS_DIR / fname).read_text() == text, f"{fname} is stale: python -m harness.lmeval.tasks"
+
+
+def test_tasks_have_enough_heldout_items_never_in_training():
+    split = corpus.make_split()
+    rng = random.Random(0)
+    train = set(corpus.training_lines(rng, split, 20000))
+    for task in tasks.TINY_TASKS:
+        rows = tasks.read_rows(task)
+        assert len(rows) >= 500, task
+        for r in rows:
+            text = r.get("question") or r["text"]
+            for line in text.strip("\n").split("\n"):
+                a, rest = line.split("+")
+                b = rest.split("=")[0]
+                assert not split.allowed(int(a), int(b)), (task, line)
+                assert f"{int(a)}+{int(b)}={int(a) + int(b)}\n" not in train
+    mc = tasks.read_rows("tiny_add_mc")
+    assert all(r["choices"][r["label"]] == f"{eval(r['question'][:-1])}\n" for r in mc)
+    assert all(len(set(r["choices"])) == 4 for r in mc)
+
+
+def test_task_yaml_registers_with_task_manager():
+    tm = tasks.task_manager()
+    for t in tasks.TINY_TASKS:
+        assert t in tm.all_tasks
+
+
+def test_training_is_deterministic(tmp_path):
+    """Same seed, same steps, same threads -> bit-identical weights (a short run)."""
+    from harness.lmeval.train import train
+
+    a = train(tmp_path / "a", steps=6, batch=4, seq_len=32, quiet=True)
+    b = train(tmp_path / "b", steps=6, batch=4, seq_len=32, quiet=True)
+    assert a["final_loss"] == b["final_loss"]
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    c = train(tmp_path / "c", seed=1, steps=6, batch=4, seq_len=32, quiet=True)
+    assert (tmp_path / "c" / "model.safetensors").read_bytes() != (tmp_path / "a" / "model.safetensors").read_bytes()
