@@ -77,8 +77,12 @@ def qdq(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, *, tile_e
     return y
 
 
+_PAIR_VIEW = {torch.bfloat16: (torch.int32, 0), torch.float16: (torch.int32, 1), torch.float32: (torch.int64, 2)}
+
+
 def quantize(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, pack: bool, *, tile_elems=None,
              num_warps=None):
+    """(codes, scales): fp4 codes packed two per byte when `pack`, else one per byte."""
     spec = get_format(fmt)
     interpret = x.device.type == "cpu"
     K = x.shape[-1]
@@ -91,9 +95,17 @@ def quantize(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, pack
     bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
     gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x)
     consts = dict(kernel_constants(spec.name, scale_mode, rounding), BPP=bpp, EVEN=n_blocks % bpp == 0,
-                  GS_PER_ROW=per_row, PACK=pack, BF16_BY_BITS=interpret and x.dtype == torch.bfloat16)
-    k = kernels(interpret).quantize_kernel
-    _launch(k, n_blocks, bpp, (x, codes, scales, gs_t, n_blocks, per_gs), consts, interpret, num_warps)
+                  GS_PER_ROW=per_row)
+    if pack:
+        word, kind = _PAIR_VIEW[x.dtype]
+        consts["IN_KIND"] = kind
+        k = kernels(interpret).quantize_packed_kernel
+        args = (x.view(word), codes, scales, gs_t, n_blocks, per_gs)
+    else:
+        consts["BF16_BY_BITS"] = interpret and x.dtype == torch.bfloat16
+        k = kernels(interpret).quantize_kernel
+        args = (x, codes, scales, gs_t, n_blocks, per_gs)
+    _launch(k, n_blocks, bpp, args, consts, interpret, num_warps)
     return codes, scales
 
 

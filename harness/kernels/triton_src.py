@@ -127,30 +127,25 @@ def _e8m0_value(byte):
 
 
 @triton.jit
-def _quantize_tile(x, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, ROUND_AWAY: tl.constexpr,
-                   EMAX: tl.constexpr, EVEN_ADD: tl.constexpr, MBITS: tl.constexpr, WIDTH: tl.constexpr,
-                   SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr,
-                   NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr,
-                   S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr,
-                   S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
-    """Quantize a float32 tile [BPP, BLOCK] block by block.
+def _amax_bits(x):
+    """Per-row max of |x| as float32 bits; tl.reduce with triton's own max
+    combiner is a builtin, so the same code runs compiled and interpreted
+    (tl.max itself is one of triton's jit functions)."""
+    return tl.reduce(x.to(tl.int32, bitcast=True) & F32_ABS_MASK, 1, tl.standard._elementwise_max)
 
-    Returns (signed element values float32 [BPP, BLOCK], element codes int32,
-    scale codes int32 [BPP], dequantization multiplier float32 [BPP]); the
-    reference's dequantized value is values * multiplier."""
-    xb = x.to(tl.int32, bitcast=True)
-    sign_code = (xb >> (32 - WIDTH)) & SIGN_BIT
-    # tl.reduce with triton's own max combiner: a builtin, so the same code runs
-    # compiled and interpreted (tl.max itself is a jit function of triton's).
-    amax_bits = tl.reduce(xb & F32_ABS_MASK, 1, tl.standard._elementwise_max)
+
+@triton.jit
+def _block_scale(amax_bits, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, EMAX: tl.constexpr,
+                 EVEN_ADD: tl.constexpr, RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr,
+                 S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr,
+                 S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
+    """Per block: (scale code, encode multiplier, dequantize multiplier, dead).
+    dead: a NaN-scaled MX block, or an nvfp4 block with a zero or NaN scale."""
     if IS_MX:
-        byte = _mx_scale_byte(amax_bits, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP, RCEIL_MANT)
-        y = x * _e8m0_inverse(byte)[:, None]  # exact power-of-two scaling
-        ab = tl.minimum(y.to(tl.int32, bitcast=True) & F32_ABS_MASK, MAXN_BITS)
-        r, mag = _round_to_grid(ab, MBITS, EMIN_FIELD, ROUND_AWAY)
-        mag = tl.where((byte == SC_NAN)[:, None], NAN_CODE, mag)
-        scale_code = byte
-        mult = _e8m0_value(byte)  # NaN for a NaN block: every value becomes NaN
+        scale_code = _mx_scale_byte(amax_bits, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP, RCEIL_MANT)
+        enc = _e8m0_inverse(scale_code)  # exact power-of-two scaling
+        mult = _e8m0_value(scale_code)  # NaN for a NaN block: every value becomes NaN
+        dead = scale_code == SC_NAN
     else:
         nan_blk = amax_bits > F32_INF
         # Operation order of the reference: gs * (amax * fl(1/6)), then clamp.
@@ -162,15 +157,65 @@ def _quantize_tile(x, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, ROUND_A
         s = tl.where(nan_blk, F32_QNAN, s.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
         scale_code = tl.where(nan_blk, S_NAN_CODE, s_mag)
         enc = tl.math.div_rn(gs, s)  # fl32(gs / s) first, as the reference
-        y = x * enc[:, None]
-        ab = tl.minimum(y.to(tl.int32, bitcast=True) & F32_ABS_MASK, MAXN_BITS)
-        r, mag = _round_to_grid(ab, MBITS, EMIN_FIELD, ROUND_AWAY)
-        dead = ((s == 0) | nan_blk)[:, None]  # sign-only codes
-        r = tl.where(dead, 0.0, r)
-        mag = tl.where(dead, 0, mag)
-        mult = tl.math.div_rn(s, gs)
+        mult = tl.math.div_rn(s, gs)  # fl32(s / gs) first, then the product
+        dead = (s == 0) | nan_blk
+    return scale_code, enc, mult, dead
+
+
+@triton.jit
+def _encode(x, enc, dead, IS_MX: tl.constexpr, ROUND_AWAY: tl.constexpr, MBITS: tl.constexpr,
+            WIDTH: tl.constexpr, SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr,
+            NAN_CODE: tl.constexpr):
+    """Elements of a float32 tile [BPP, N] under per-block multipliers:
+    (signed element values float32, element codes int32)."""
+    xb = x.to(tl.int32, bitcast=True)
+    y = x * enc[:, None]
+    ab = tl.minimum(y.to(tl.int32, bitcast=True) & F32_ABS_MASK, MAXN_BITS)  # saturate
+    r, mag = _round_to_grid(ab, MBITS, EMIN_FIELD, ROUND_AWAY)
+    d = dead[:, None]
+    if IS_MX:
+        mag = tl.where(d, NAN_CODE, mag)
+    else:
+        r = tl.where(d, 0.0, r)  # sign-only codes
+        mag = tl.where(d, 0, mag)
     values = (r.to(tl.int32, bitcast=True) | (xb & F32_SIGN)).to(tl.float32, bitcast=True)
-    return values, mag | sign_code, scale_code, mult
+    return values, mag | ((xb >> (32 - WIDTH)) & SIGN_BIT)
+
+
+@triton.jit
+def _quantize_tile(x, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, ROUND_AWAY: tl.constexpr,
+                   EMAX: tl.constexpr, EVEN_ADD: tl.constexpr, MBITS: tl.constexpr, WIDTH: tl.constexpr,
+                   SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr,
+                   NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr,
+                   S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr,
+                   S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
+    """Quantize a float32 tile [BPP, BLOCK] block by block.
+
+    Returns (signed element values float32 [BPP, BLOCK], element codes int32,
+    scale codes int32 [BPP], dequantization multiplier float32 [BPP]); the
+    reference's dequantized value is values * multiplier."""
+    scale_code, enc, mult, dead = _block_scale(
+        _amax_bits(x), gs, IS_MX, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD,
+        S_NAN_CODE, S_CLAMP_BITS, ONE_SIXTH)
+    values, codes = _encode(x, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
+    return values, codes, scale_code, mult
+
+
+@triton.jit
+def _split_pairs(w, IN_KIND: tl.constexpr):
+    """Words holding two adjacent inputs (element 2i in the low half) -> the
+    even and odd elements as float32, exactly. IN_KIND: 0 bfloat16 and 1
+    float16 (int32 words), 2 float32 (int64 words)."""
+    if IN_KIND == 0:
+        lo = (w << 16).to(tl.float32, bitcast=True)
+        hi = (w & -65536).to(tl.float32, bitcast=True)
+    elif IN_KIND == 1:
+        lo = (w & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        hi = (w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    else:
+        lo = w.to(tl.int32).to(tl.float32, bitcast=True)
+        hi = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    return lo, hi
 
 
 @triton.jit
@@ -249,16 +294,14 @@ def qdq_kernel(x_ptr, y_ptr, gs_ptr, n_blocks, blocks_per_gs,
 
 @triton.jit
 def quantize_kernel(x_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
-                    BPP: tl.constexpr, EVEN: tl.constexpr, GS_PER_ROW: tl.constexpr, PACK: tl.constexpr,
-                    BF16_BY_BITS: tl.constexpr,
+                    BPP: tl.constexpr, EVEN: tl.constexpr, GS_PER_ROW: tl.constexpr, BF16_BY_BITS: tl.constexpr,
                     BLOCK: tl.constexpr, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr,
                     ROUND_AWAY: tl.constexpr, EMAX: tl.constexpr, EVEN_ADD: tl.constexpr, MBITS: tl.constexpr,
                     WIDTH: tl.constexpr, SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr,
                     MAXN_BITS: tl.constexpr, NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr,
                     RCEIL_MANT: tl.constexpr, S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr,
                     S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
-    """Codes (one per byte, or two fp4 codes per byte, low nibble first) and
-    one scale byte per block."""
+    """One code per byte (the element's own bit layout) and one scale byte per block."""
     blk0, rows = _block_ids(tl.program_id(0), BPP)
     offs = rows[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     rmask = (blk0 + rows) < n_blocks
@@ -271,20 +314,47 @@ def quantize_kernel(x_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
         _to_f32(x, BF16_BY_BITS), gs, IS_MX, SCALE_MODE, ROUND_AWAY, EMAX, EVEN_ADD, MBITS, WIDTH, SIGN_BIT,
         EMIN_FIELD, MAXN_BITS, NAN_CODE, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE,
         S_CLAMP_BITS, ONE_SIXTH)
-    if PACK:
-        lo, hi = tl.split(tl.reshape(codes, [BPP, BLOCK // 2, 2]))
-        out = (lo | (hi << 4)).to(tl.uint8)
-        coffs = rows[:, None] * (BLOCK // 2) + tl.arange(0, BLOCK // 2)[None, :]
-        cbase = blk0 * (BLOCK // 2)
-    else:
-        out = codes.to(tl.uint8)
-        coffs = offs
-        cbase = blk0 * BLOCK
     if EVEN:
-        tl.store(c_ptr + cbase + coffs, out)
+        tl.store(c_ptr + blk0 * BLOCK + offs, codes.to(tl.uint8))
         tl.store(s_ptr + blk0 + rows, scodes.to(tl.uint8))
     else:
-        tl.store(c_ptr + cbase + coffs, out, mask=rmask[:, None])
+        tl.store(c_ptr + blk0 * BLOCK + offs, codes.to(tl.uint8), mask=rmask[:, None])
+        tl.store(s_ptr + blk0 + rows, scodes.to(tl.uint8), mask=rmask)
+
+
+@triton.jit
+def quantize_packed_kernel(w_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
+                           BPP: tl.constexpr, EVEN: tl.constexpr, GS_PER_ROW: tl.constexpr, IN_KIND: tl.constexpr,
+                           BLOCK: tl.constexpr, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr,
+                           ROUND_AWAY: tl.constexpr, EMAX: tl.constexpr, EVEN_ADD: tl.constexpr,
+                           MBITS: tl.constexpr, WIDTH: tl.constexpr, SIGN_BIT: tl.constexpr,
+                           EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr, NAN_CODE: tl.constexpr,
+                           RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr, S_MBITS: tl.constexpr,
+                           S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr,
+                           ONE_SIXTH: tl.constexpr):
+    """fp4 codes packed two per byte, element 2i in the low nibble. The input
+    is read as words of two elements (w_ptr: x viewed as int32/int64), so the
+    even and odd elements arrive de-interleaved with no shuffle."""
+    blk0, rows = _block_ids(tl.program_id(0), BPP)
+    offs = rows[:, None] * (BLOCK // 2) + tl.arange(0, BLOCK // 2)[None, :]
+    rmask = (blk0 + rows) < n_blocks
+    if EVEN:
+        w = tl.load(w_ptr + blk0 * (BLOCK // 2) + offs)
+    else:
+        w = tl.load(w_ptr + blk0 * (BLOCK // 2) + offs, mask=rmask[:, None], other=0)
+    lo, hi = _split_pairs(w, IN_KIND)
+    gs = _load_gs(gs_ptr, blk0 + rows, rmask, blocks_per_gs, IS_MX, GS_PER_ROW)
+    scodes, enc, _mult, dead = _block_scale(
+        tl.maximum(_amax_bits(lo), _amax_bits(hi)), gs, IS_MX, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP,
+        RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE, S_CLAMP_BITS, ONE_SIXTH)
+    _v, c_lo = _encode(lo, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
+    _v, c_hi = _encode(hi, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
+    out = (c_lo | (c_hi << 4)).to(tl.uint8)
+    if EVEN:
+        tl.store(c_ptr + blk0 * (BLOCK // 2) + offs, out)
+        tl.store(s_ptr + blk0 + rows, scodes.to(tl.uint8))
+    else:
+        tl.store(c_ptr + blk0 * (BLOCK // 2) + offs, out, mask=rmask[:, None])
         tl.store(s_ptr + blk0 + rows, scodes.to(tl.uint8), mask=rmask)
 
 

@@ -45,7 +45,7 @@ def _spread_tensor(fmt, dtype, rows=256, seed=0):
     x = torch.randn(rows, cols, generator=g)
     e = torch.randint(lo, hi, (rows, cols // spec.block_size, 1), generator=g).float()
     x = (x.reshape(rows, -1, spec.block_size) * torch.exp2(e)).reshape(rows, cols)
-    corners = _corner_tensor(fmt, torch.float32)
+    corners = _corner_tensor(fmt, torch.float32)[:rows]
     x[: corners.shape[0], : spec.block_size] = corners
     return x.to(dtype)
 
@@ -78,6 +78,20 @@ def test_dequantize_weights_gpu(fmt):
         for stored in [q.codes] + ([hf.pack_fp4(q.codes)] if spec.is_fp4 else []):
             got = hk.dequantize_weights(stored.to(DEV), q.scales.to(DEV), None if gs is None else gs.to(DEV), fmt, dtype)
             assert_bitwise_equal(got.cpu(), want, f"{fmt} {dtype} {tuple(stored.shape)}")
+
+
+@pytest.mark.parametrize("fmt", [f for f in FMTS if hf.FORMATS[f].is_fp4])
+def test_packed_quantize_gpu(fmt):
+    """The packed fp4 kernel (input read as words of two elements) for every
+    input dtype and both roundings, with a masked tail (rows not a tile multiple)."""
+    spec = hf.FORMATS[fmt]
+    for dtype, rounding in itertools.product(DTYPES, hf.ROUNDINGS):
+        x = _spread_tensor(fmt, dtype, rows=203, seed=3)
+        mode, gs = ("even", None) if spec.is_mx else ("floor", 2688.0 / 5000.0)
+        want = hf.quantize(x, fmt, mode, rounding, gs)
+        packed, scales = hk.quantize_packed(x.to(DEV), fmt, mode, rounding, gs)
+        assert torch.equal(packed.cpu(), hf.pack_fp4(want.codes)), f"{fmt} {dtype} {rounding}"
+        assert torch.equal(scales.cpu(), want.scales)
 
 
 def test_auto_backend_on_gpu_is_triton():
@@ -116,7 +130,7 @@ def test_cuda_graph_capture_replay_equals_eager(fmt):
 
 
 def test_opcheck_gpu():
-    x = _spread_tensor("mxfp4", torch.bfloat16, rows=8).to(DEV)
+    x = _spread_tensor("mxfp4", torch.bfloat16, rows=16).to(DEV)
     gs = torch.tensor([100.0], device=DEV)
     for fmt, mode in (("mxfp4", "even"), ("mxfp8_e4m3", "ceil")):
         torch.library.opcheck(hk.qdq_op, (x, None, fmt, mode, "rne", "triton"))
