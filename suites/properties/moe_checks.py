@@ -392,7 +392,10 @@ def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_pre
     assert torch.equal(ids.cpu().long(), trace.ids), (
         f"routing differs from the reference (ties to the lowest index):\n layer {ids.tolist()}\n ref   {trace.ids.tolist()}")
     dw = (2 * problem.E + 2 * problem.top_k + 16) * U * trace.weights.abs() + 2.0**-140
-    assert bool(((w32.cpu().double() - trace.weights).abs() <= dw).all()), "routing weights differ from the reference"
+    wbad = ~((w32.cpu().double() - trace.weights).abs() <= dw)
+    assert not bool(wbad.any()), (
+        f"routing weights differ from the reference at {int(wbad.sum())} of {wbad.numel()} (token, slot): e.g. "
+        f"{torch.nonzero(wbad)[:3].tolist()}: layer {w32.cpu()[wbad][:3].tolist()} vs ref {trace.weights[wbad][:3].tolist()}")
     tol = output_tolerance(trace, problem, cfg, out.dtype, c_prec)
     err = (out.detach().cpu().double() - trace.out).abs()
     bad = ~(err <= tol)

@@ -34,3 +34,16 @@ def test_injected_double_quantization_is_detected(monkeypatch):
     p = problem("nvfp4")
     msg = detects(mc.check_single_quantization, p, match="expected 2 activation QDQ calls")
     assert "got 3" in msg
+
+
+def test_injected_double_quantization_on_two_grids_is_detected_numerically(monkeypatch):
+    # The variant that moves numbers: the subclass QDQs with one global scale and
+    # the base class QDQs again with another (here 3x: a different calibration).
+    def apply_two_grids(self, hidden, topk_weights, topk_ids, *, activation="silu"):
+        x = self.quantize_activation(hidden.float(), self.a1_input_scale() * 3).to(hidden.dtype)
+        return ex.ExpertsBase.apply(self, x, topk_weights, topk_ids, activation=activation)
+
+    monkeypatch.setattr(ex.NvFp4EmulationExperts, "apply", apply_two_grids)
+    p = problem("nvfp4", T=32)
+    detects(mc.check_single_quantization, p, match="expected 2 activation QDQ calls")
+    detects(mc.check_matches_reference, p, match="outside tolerance")
