@@ -7,6 +7,13 @@
     x2 = hk.dequantize(q, torch.bfloat16)
     w = hk.dequantize_weights(stored, scales, gs, "nvfp4", torch.bfloat16)
 
+backend="triton" on CPU tensors runs the Triton interpreter with no
+environment set-up: harness.kernels.loader executes the kernel source a second
+time with TRITON_INTERPRET=1 set only around that import, so compiled and
+interpreted kernels coexist in one process (tests need no subprocess and no
+conftest variable). The interpreter's own bf16 casts are wrong (truncating
+downcast, mangled subnormals), so interpreted kernels convert bf16 on the bits.
+
 Modules: constants (constexprs from the format table), triton_src (kernel
 source), loader (compiled vs interpreted copies), launch (host launches),
 ops (torch.library custom ops moe_harness::*), api (these functions),

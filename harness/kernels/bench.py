@@ -210,6 +210,13 @@ def _copy_gbps(n, dtype, device, min_time):
     return nbytes / t / 1e9
 
 
+def _command_line() -> str:
+    argv = sys.argv
+    if argv and (argv[0].endswith("cli.py") or argv[0].endswith("moe-harness")):
+        return "moe-harness " + " ".join(argv[1:])
+    return "python -m harness.kernels.bench " + " ".join(argv[1:])
+
+
 def _device_info(device):
     info = {"device": str(device), "torch": torch.__version__, "python": platform.python_version()}
     try:
@@ -270,7 +277,7 @@ def run(args, emit=None) -> dict:
     result = {
         "kind": "bench-kernels",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
+        "command": _command_line(),
         **_device_info(device),
         "dtype": args.dtype,
         "copy_gbps": {},

@@ -75,4 +75,26 @@ def _load(interpret: bool) -> ModuleType:
             f"this triton ignored TRITON_INTERPRET at decoration time, so no {want} kernels can be made; "
             "set TRITON_INTERPRET=1 before importing triton to run them on CPU, unset it for the GPU"
         )
+    if interpret:
+        _fast_helpers(mod, InterpretedFunction)
     return mod
+
+
+class _InterpretedHelper:
+    """A device helper called from an interpreted kernel. The kernel's launch
+    already patched triton.language for this module's globals, so the helper
+    runs its rewritten function directly instead of re-patching the language
+    on every call (about a quarter of the interpreter's time otherwise)."""
+
+    def __init__(self, fn):
+        self._fn = fn
+        self.__name__ = fn.__name__
+
+    def __call__(self, *args, **kwargs):
+        return self._fn.rewrite()(*args, **kwargs)
+
+
+def _fast_helpers(mod: ModuleType, interpreted_type) -> None:
+    for name, value in list(vars(mod).items()):
+        if name.startswith("_") and isinstance(value, interpreted_type) and not name.endswith("_kernel"):
+            setattr(mod, name, _InterpretedHelper(value))

@@ -344,8 +344,11 @@ def quantize_packed_kernel(w_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
         w = tl.load(w_ptr + blk0 * (BLOCK // 2) + offs, mask=rmask[:, None], other=0)
     lo, hi = _split_pairs(w, IN_KIND)
     gs = _load_gs(gs_ptr, blk0 + rows, rmask, blocks_per_gs, IS_MX, GS_PER_ROW)
+    # one reduction over both halves (integer max of |bits|: NaN-aware)
+    amax = tl.reduce(tl.maximum(lo.to(tl.int32, bitcast=True) & F32_ABS_MASK,
+                                hi.to(tl.int32, bitcast=True) & F32_ABS_MASK), 1, tl.standard._elementwise_max)
     scodes, enc, _mult, dead = _block_scale(
-        tl.maximum(_amax_bits(lo), _amax_bits(hi)), gs, IS_MX, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP,
+        amax, gs, IS_MX, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP,
         RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE, S_CLAMP_BITS, ONE_SIXTH)
     _v, c_lo = _encode(lo, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
     _v, c_hi = _encode(hi, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
