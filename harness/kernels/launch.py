@@ -51,10 +51,13 @@ def triton_cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-def _gs_args(gs, n_blocks: int, dummy: torch.Tensor):
-    """(pointer tensor, blocks per gs entry, per-row flag) for a kernel launch."""
+def _gs_args(gs, n_blocks: int, dummy: torch.Tensor, spec):
+    """(pointer tensor, blocks per gs entry, per-row flag) for a kernel launch.
+    nvfp4 without a global scale uses 1.0, as the reference does."""
     if gs is None:
-        return dummy, 1, False
+        if spec.is_mx:
+            return dummy, 1, False
+        gs = torch.ones(1, dtype=torch.float32, device=dummy.device)
     groups = gs.numel()
     if groups <= 1:
         return gs, 1, False
@@ -69,7 +72,7 @@ def qdq(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, *, tile_e
     if n_blocks == 0:
         return y
     bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
-    gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x)
+    gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x, spec)
     consts = dict(kernel_constants(spec.name, scale_mode, rounding), BPP=bpp, EVEN=n_blocks % bpp == 0,
                   GS_PER_ROW=per_row, BF16_BY_BITS=interpret and x.dtype == torch.bfloat16)
     k = kernels(interpret).qdq_kernel
@@ -93,11 +96,13 @@ def quantize(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, pack
     if n_blocks == 0:
         return codes, scales
     bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
-    gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x)
+    gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x, spec)
     consts = dict(kernel_constants(spec.name, scale_mode, rounding), BPP=bpp, EVEN=n_blocks % bpp == 0,
                   GS_PER_ROW=per_row)
     if pack:
         word, kind = _PAIR_VIEW[x.dtype]
+        if x.data_ptr() % (2 * x.element_size()):  # a view starting at an odd element
+            x = x.clone()
         consts["IN_KIND"] = kind
         k = kernels(interpret).quantize_packed_kernel
         args = (x.view(word), codes, scales, gs_t, n_blocks, per_gs)
@@ -119,7 +124,7 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, gs, fmt: str, packed: 
     if n_blocks == 0:
         return y
     bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
-    gs_t, per_gs, per_row = _gs_args(gs, n_blocks, scales)
+    gs_t, per_gs, per_row = _gs_args(gs, n_blocks, scales, spec)
     consts = dict(kernel_constants(spec.name), BPP=bpp, EVEN=n_blocks % bpp == 0, GS_PER_ROW=per_row,
                   PACKED=bool(packed), BF16_BY_BITS=interpret and dtype == torch.bfloat16)
     k = kernels(interpret).dequantize_kernel

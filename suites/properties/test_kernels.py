@@ -229,3 +229,20 @@ def test_compile_fullgraph_traces_the_ops():
     gs = torch.tensor(50.0)
     got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, gs)
     assert_bitwise_equal(got, f(x, gs))
+
+
+def test_odd_offset_view_and_op_without_global_scale():
+    """A contiguous view starting at an odd element (the packed kernel reads
+    element pairs as words), and the raw ops called with global_scale=None for
+    nvfp4 (1.0, as the reference)."""
+    flat = torch.randn(1 + 64).bfloat16()
+    x = flat[1:65]
+    packed, scales = hk.quantize_packed(x, "mxfp4", backend="triton")
+    want = hf.quantize(x, "mxfp4")
+    assert torch.equal(packed, hf.pack_fp4(want.codes)) and torch.equal(scales, want.scales)
+    x2 = x.reshape(2, 32)
+    assert_bitwise_equal(hk.qdq_op(x2, None, "nvfp4", "floor", "rne", "triton"), hf.qdq(x2, "nvfp4"))
+    codes, scales = hk.quantize_op(x2, None, "nvfp4", "floor", "away", True, "triton")
+    want = hf.quantize(x2, "nvfp4", rounding="away")
+    assert torch.equal(codes, hf.pack_fp4(want.codes))
+    assert_bitwise_equal(hk.dequantize_op(codes, scales, None, "nvfp4", True, torch.float32, "triton"), hf.dequantize(want))
