@@ -30,7 +30,7 @@ def route(router_logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", 
         scores = torch.sigmoid(logits)
     else:
         raise ValueError(f"unknown scoring {scoring!r}; expected one of {', '.join(SCORINGS)}")
-    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
+    order = torch.sort(logits, dim=-1, descending=True, stable=True).indices  # exact: both scorings are increasing
     topk_ids = order[:, : int(top_k)].to(torch.int64)
     topk_weights = torch.gather(scores, 1, topk_ids)
     if renormalize:
