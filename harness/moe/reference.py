@@ -8,9 +8,10 @@ quantizer `harness.formats.qdq`, everything else in float64.
 Data flow (T tokens, E experts, top-k k, hidden H, intermediate I):
 
     router_logits [T,E] --float64--> scores (softmax over E | sigmoid)
-        top-k: the k largest scores, ties to the LOWEST expert index
-        (a stable descending sort); weights = the selected scores, divided by
-        their sum when renormalize=True.
+        top-k: the k largest scores = the k largest logits (both scorings are
+        strictly increasing), selected on the exact logits; ties (equal
+        logits) to the LOWEST expert index (a stable descending sort);
+        weights = the selected scores, divided by their sum when renormalize.
     x32 = hidden.to(float32)                                        [T,H]
     a1  = qdq_act(x32)  --float64-->                                [T,H]   (QDQ #1)
     for every (token t, slot j) with expert e = ids[t,j]  (P = T*k pairs,
@@ -97,8 +98,13 @@ def reference_route(router_logits: torch.Tensor, top_k: int, *, scoring: str = "
     if not 1 <= top_k <= E:
         raise ValueError(f"top_k={top_k} outside 1..{E}")
     scores = torch.softmax(logits, dim=-1) if scoring == "softmax" else torch.sigmoid(logits)
-    # Stable descending sort keeps equal scores in index order: lowest index first.
-    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
+    # Softmax (per row) and sigmoid are strictly increasing, so the k largest
+    # scores are exactly the k largest LOGITS; selecting on the logits is exact,
+    # where selecting on rounded scores is not (torch's CPU sigmoid rounds equal
+    # inputs differently in its vector body and its scalar tail, and distinct
+    # logits can round to one score). Ties are equal logits; the stable
+    # descending sort keeps them in index order: lowest index first.
+    order = torch.sort(logits, dim=-1, descending=True, stable=True).indices
     ids = order[:, :top_k].contiguous()
     weights = torch.gather(scores, 1, ids)
     if renormalize:

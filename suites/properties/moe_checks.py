@@ -375,6 +375,34 @@ def _describe_mismatch(what, got, want, tol, bad):
     return f"{what}: {n} of {bad.numel()} elements outside tolerance; (index, layer, reference, tol): {ex}"
 
 
+def check_routing(problem, t=None, trace=None):
+    """The layer's routing (harness.moe.routing.route, float32) selects the same
+    experts as the float64 reference (ties = equal logits -> lowest index) and
+    its weights agree to (2E + 2k + 16) u relative."""
+    if t is None:
+        t = problem.tensors()
+    if trace is None:
+        w_ref, ids_ref = ref.reference_route(t.router_logits, problem.top_k, scoring=problem.scoring,
+                                             renormalize=problem.renormalize)
+    else:
+        w_ref, ids_ref = trace.weights, trace.ids
+    import harness.moe.routing as routing  # the module the layer calls through
+
+    w32, ids = routing.route(t.router_logits, problem.top_k, scoring=problem.scoring, renormalize=problem.renormalize)
+    if not torch.equal(ids.cpu().long(), ids_ref):
+        rows = torch.nonzero((ids.cpu().long() != ids_ref).any(-1)).flatten()[:2].tolist()
+        detail = "; ".join(f"token {r}: logits {t.router_logits[r].cpu().tolist()} layer {ids[r].tolist()} "
+                           f"ref {ids_ref[r].tolist()}" for r in rows)
+        raise AssertionError(f"routing differs from the reference (top-k of the logits, equal logits -> lowest "
+                             f"index) in {int((ids.cpu().long() != ids_ref).any(-1).sum())} tokens: {detail}")
+    dw = (2 * problem.E + 2 * problem.top_k + 16) * U * w_ref.abs() + 2.0**-140
+    wbad = ~((w32.cpu().double() - w_ref).abs() <= dw)
+    assert not bool(wbad.any()), (
+        f"routing weights differ from the reference at {int(wbad.sum())} of {wbad.numel()} (token, slot): e.g. "
+        f"{torch.nonzero(wbad)[:3].tolist()}: layer {w32.cpu()[wbad][:3].tolist()} vs ref {w_ref[wbad][:3].tolist()}")
+    return {}
+
+
 def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_prec: float = 0.0):
     """Layer output within the derived tolerance of the float64 reference, and
     the layer's routing equal to the reference routing."""
@@ -386,16 +414,7 @@ def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_pre
     T, H = t.hidden.shape
     assert tuple(out.shape) == (T, H), f"output shape {tuple(out.shape)} != {(T, H)}"
     assert out.dtype == t.hidden.dtype, f"output dtype {out.dtype} != hidden dtype {t.hidden.dtype}"
-    import harness.moe.routing as routing  # the module the layer calls through
-
-    w32, ids = routing.route(t.router_logits, problem.top_k, scoring=problem.scoring, renormalize=problem.renormalize)
-    assert torch.equal(ids.cpu().long(), trace.ids), (
-        f"routing differs from the reference (ties to the lowest index):\n layer {ids.tolist()}\n ref   {trace.ids.tolist()}")
-    dw = (2 * problem.E + 2 * problem.top_k + 16) * U * trace.weights.abs() + 2.0**-140
-    wbad = ~((w32.cpu().double() - trace.weights).abs() <= dw)
-    assert not bool(wbad.any()), (
-        f"routing weights differ from the reference at {int(wbad.sum())} of {wbad.numel()} (token, slot): e.g. "
-        f"{torch.nonzero(wbad)[:3].tolist()}: layer {w32.cpu()[wbad][:3].tolist()} vs ref {trace.weights[wbad][:3].tolist()}")
+    check_routing(problem, t, trace)
     tol = output_tolerance(trace, problem, cfg, out.dtype, c_prec)
     err = (out.detach().cpu().double() - trace.out).abs()
     bad = ~(err <= tol)
