@@ -36,9 +36,17 @@ u = 2^-24 (float32 unit roundoff), gamma_n = n u / (1 - n u).
    cast to hidden's dtype: u_out |out|.
    tol = 2 * (sum_j |w_j| dy_j + dw_j (|y_j| + dy_j) + gamma_(k+1) sum_j (|w_j| + dw_j)(|y_j| + dy_j) + u_out |out|) + 2^-140
 
-Routing itself is compared exactly (same expert ids): the problem strategy
-never draws near-ties (see moe_problems), so float32 and float64 scores order
-experts identically, and exact ties go to the lowest index in both.
+Routing itself is compared exactly (same expert ids, `check_routing`): the
+top-k of the scores is the top-k of the exact logits (softmax and sigmoid are
+strictly increasing), equal logits go to the lowest index, and the problem
+strategy draws logits on a 1/4 grid or +-1e4, so no float32 rounding can
+reorder distinct logits that the selection depends on.
+
+Measured (soak, 3000 problems per scheme, 24000 in all): 0 failures, largest
+error/tolerance 0.49997 -- the flip term at work: a ratio of 1/2 is a flipped
+a2 code that the interval allowed. With the flip term removed (the layer's a2
+assumed equal to the reference's), 10 of 3200 problems fail: about 1% of the
+ci profile's 480 examples per run, i.e. a flaky suite.
 """
 from __future__ import annotations
 
