@@ -51,11 +51,8 @@ ci profile's 480 examples per run, a red run more often than not.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
-import inspect
 import math
-import os
 from typing import Optional
 
 import torch
@@ -892,7 +889,7 @@ def no_host_work():
                 patch(torch.Tensor, m, raiser(f"Tensor.{m} (data-dependent shape: host sync)"))
             if hasattr(torch, m):
                 patch(torch, m, raiser(f"torch.{m} (data-dependent shape: host sync)"))
-        orig_tensor, orig_as_tensor = torch.tensor, torch.as_tensor
+        orig_as_tensor = torch.as_tensor
         patch(torch, "tensor", raiser("torch.tensor (tensor from host data)"))
         patch(torch, "from_numpy", raiser("torch.from_numpy (tensor from host data)"))
 
@@ -910,9 +907,7 @@ def no_host_work():
             return res
         patch(torch.Tensor, "to", to)
         patch(torch.Tensor, "cuda", raiser("Tensor.cuda (host->device copy)"))
-        orig_cpu_lut = minifloat._cpu_lut
         patch(minifloat, "_cpu_lut", raiser("a decode table is built during forward (not prepared at conversion)"))
-        orig_tables = scales._e8m0_tables
         patch(scales, "_e8m0_tables", raiser("E8M0 tables built during forward (not prepared at conversion)"))
         yield
     finally:
