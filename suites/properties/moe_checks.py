@@ -601,6 +601,13 @@ def check_scale_sensitivity(problem, t=None, cfg=None):
         except ValueError:
             continue
         raise AssertionError(f"{scheme.name}: {name}=None did not raise (a missing scale must never default to 1.0)")
+    if scheme.is_nvfp4:
+        for name in ("w13_gscale", "w2_gscale"):
+            try:
+                run(make_moe(problem, dataclasses.replace(cfg, **{name: None})), t)
+            except ValueError:
+                continue
+            raise AssertionError(f"{scheme.name}: {name}=None did not raise (a missing scale must never default to 1.0)")
     return {"changed": changed}
 
 
@@ -1045,3 +1052,27 @@ def check_fused_large_offsets(device="cpu", scheme_name="w_mxfp8", E=3, N=32, K=
         assert not bool(bad.any()), _describe_mismatch(
             f"fused GEMM (mode {mode}) with expert offsets up to {(E - 1) * S} bytes", out.cpu(), want, tol, bad)
     return {"max_offset": (E - 1) * S, "modes": modes}
+
+
+def check_dynamo_fullgraph(problem, t=None, moe=None):
+    """torch.compile(fullgraph=True, backend="eager") traces the whole forward
+    with no graph break (a graph break is where a tensor value is needed on
+    the host: truthiness, item, data-dependent shapes) and equals eager bit
+    for bit (backend "eager" runs the traced ops unchanged). The CPU proxy of
+    the GPU torch.compile test; cheap because nothing is code-generated."""
+    if t is None:
+        t, _, _, moe = setup(problem)
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(moe, fullgraph=True, backend="eager")
+        with torch.no_grad():
+            out = compiled(t.hidden, t.router_logits)
+    except Exception as exc:
+        raise AssertionError(f"torch.compile(fullgraph=True) failed: {type(exc).__name__}: {str(exc)[:400]}") from exc
+    finally:
+        torch._dynamo.reset()
+    eager = run(moe, t)
+    from suites.properties._util import assert_bitwise_equal
+
+    assert_bitwise_equal(out, eager, "dynamo-traced forward vs eager")
+    return {}

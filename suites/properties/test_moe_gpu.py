@@ -107,5 +107,17 @@ def test_gpu_emulation_matches_reference(scheme, backend, seed):
     mc.check_matches_reference(p, t, cfg, moe, out=out, c_prec=c)
 
 
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_buffers_follow_weights(scheme, backend):
+    _, _, _, moe = mc.setup(_problem(scheme), backend=backend, device="cuda")
+    assert mc.check_buffers_follow_weights(moe)["device"].startswith("cuda")
+
+
+def test_gpu_conversion_and_weight_creation_every_backend():
+    mc.check_conversion_every_backend(device="cuda")
+    mc.check_create_weights_every_scheme(device="cuda")
+
+
 def test_fused_large_offsets_gpu():
     assert mc.check_fused_large_offsets("cuda")["max_offset"] > 2**31

@@ -16,7 +16,11 @@
   weight creation + post-processing runs for every scheme x backend;
 * no host work in forward (CPU proxy of CUDA-graph capturability): no tensor
   truthiness / item / data-dependent shape, no tensor from host data, no
-  cross-device copy, no decode table built during forward.
+  cross-device copy, no decode table built during forward;
+* torch.compile(fullgraph=True, backend="eager") traces the unfused forward
+  with no graph break and equals eager bit for bit (CPU proxy of the GPU
+  compile test; the fused backend runs the Triton interpreter on CPU, so it is
+  compiled on the GPU only).
 """
 import pytest
 from hypothesis import given
@@ -93,3 +97,12 @@ def test_no_host_work_in_forward(scheme, backend, monkeypatch):
     p = MoEProblem(scheme, 4, 2, 32, 32, 5, 3, ckpt="compressed_tensors", logits="ties")
     t, _, cfg, moe = mc.setup(p, backend=backend)
     mc.check_no_host_work_in_forward(p, moe, t)
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+def test_dynamo_fullgraph_no_graph_break(scheme):
+    from harness.strategies import MoEProblem
+
+    p = MoEProblem(scheme, 4, 2, 32, 32, 5, 3, ckpt="compressed_tensors", logits="ties",
+                   act_scale=0.0 if scheme == "w_mxfp4_a_fp8" else 1.0)
+    mc.check_dynamo_fullgraph(p)
