@@ -23,20 +23,16 @@ def _as_f32(value, what: str) -> torch.Tensor:
 def check_global_scale(gs, what: str = "global_scale") -> torch.Tensor:
     """float32 tensor of a positive finite scale; ValueError naming the problem.
 
-    The check reads values on the host, so it is skipped while a CUDA graph is
-    being captured (no host sync may happen then)."""
+    The check reads values on the host, so it runs for Python numbers and CPU
+    tensors only: reading a device tensor would synchronize the stream on every
+    call (and is forbidden during CUDA graph capture). Device-resident scales
+    are checked where they are made (on the host, before they move)."""
     t = _as_f32(gs, what)
-    if t.is_floating_point() and not _capturing(t):
+    if t.is_floating_point() and t.device.type == "cpu":
         bad = ~(torch.isfinite(t) & (t > 0))
         if bool(bad.any()):
             raise ValueError(f"{what} must be finite and > 0, got {t[bad].flatten()[:4].tolist()}")
     return t
-
-
-def _capturing(t: torch.Tensor) -> bool:
-    if t.device.type != "cuda":
-        return False
-    return torch.cuda.is_current_stream_capturing()
 
 
 def nvfp4_global_scale(amax) -> torch.Tensor:

@@ -63,13 +63,14 @@ def mx_shared_exponent(amax: torch.Tensor, fmt: FormatSpec, scale_mode: str) -> 
         bits = amax.view(torch.int32) + (1 << (22 - el.mbits))
         return ((bits >> 23) & 0xFF) - 127 - el.emax
     if scale_mode == "rceil":
-        # Smallest n with amax <= max_normal * 2^n, decided exactly in float64.
-        a64 = amax.to(torch.float64)
-        _, e_a = torch.frexp(a64)
-        _, e_m = math.frexp(el.max_normal)
-        n0 = (e_a - e_m).to(torch.int32)
-        fits = a64 <= torch.ldexp(torch.full_like(a64, el.max_normal), n0.to(torch.float64))
-        return n0 + (~fits).to(torch.int32)
+        # Smallest n with amax <= max_normal * 2^n. Both sides share a binade
+        # after shifting by n0 = E(amax) - E(max_normal), so the test is a
+        # comparison of the 23-bit fractions: exact, integer-only (no float
+        # log2, no ldexp, whose device implementations round).
+        frac_a = amax.view(torch.int32) & 0x7FFFFF
+        m_bits = int(torch.tensor(el.max_normal, dtype=torch.float32).view(torch.int32))
+        e_m, frac_m = ((m_bits >> 23) & 0xFF) - 127, m_bits & 0x7FFFFF
+        return _fp32_exponent(amax) - e_m + (frac_a > frac_m).to(torch.int32)
     raise ValueError(f"unknown scale_mode {scale_mode!r}; expected one of {', '.join(SCALE_MODES)}")
 
 

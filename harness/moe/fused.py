@@ -318,6 +318,34 @@ MODES = ("auto", "fused", "predequant")
 def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
              a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
              config: Optional[dict] = None, mode: str = "auto") -> torch.Tensor:
+    """See _moe_gemm_impl. Launched through the custom op moe_harness::moe_gemm,
+    opaque to torch.compile (dynamo cannot trace Triton's launcher state), so
+    compiled forwards keep one graph; a launch-config override (tuning only)
+    calls the implementation directly."""
+    if config is not None:
+        return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m,
+                              config=config, mode=mode)
+    return _moe_gemm_op(x, ids, fw.data, fw.mult, fw.mult_bf16, fw.post_bf16, a_gscale, fw.kind,
+                        fw.fmt or "", fw.E, fw.N, fw.K, precision, block_m or 0, mode)
+
+
+@torch.library.custom_op("moe_harness::moe_gemm", mutates_args=())
+def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, mult: Optional[torch.Tensor],
+                 mult_bf16: Optional[torch.Tensor], post_bf16: Optional[torch.Tensor],
+                 a_gscale: Optional[torch.Tensor], kind: int, fmt: str, E: int, N: int, K: int,
+                 precision: str, block_m: int, mode: str) -> torch.Tensor:
+    fw = FusedWeights(kind, data, mult, mult_bf16, post_bf16, fmt or None, E, N, K)
+    return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode)
+
+
+@_moe_gemm_op.register_fake
+def _moe_gemm_fake(x, ids, data, mult, mult_bf16, post_bf16, a_gscale, kind, fmt, E, N, K, precision, block_m, mode):
+    return x.new_empty((x.shape[0], N), dtype=torch.float32)
+
+
+def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
+                   a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
+                   config: Optional[dict] = None, mode: str = "auto") -> torch.Tensor:
     """x [P, K] float32 (pair rows), ids [P] int64 expert of each row -> [P, N]
     float32 = x[p] @ W[ids[p]].T. precision "bf16" with nvfp4 needs a_gscale
     (the encode-side global scale x was QDQ'd with).
