@@ -1,7 +1,9 @@
 """GPU-only MoE properties (marked `gpu`: skipped cleanly without a GPU).
 
-* CUDA graph: capture the whole FusedMoE forward, replay, compare with eager
-  (bitwise: same kernels, same inputs); the eager forward and the captured
+* CUDA graph: capture the whole FusedMoE forward, replay; replay and eager
+  both within the derived float64-reference tolerance (normally bitwise equal;
+  cuBLAS may choose another algorithm on the capture stream, so bitwise is not
+  the contract); the eager forward and the captured
   forward run under torch.cuda.set_sync_debug_mode("error"), so any host sync
   raises (the mode is switched on inside the capture context, because entering
   and leaving torch.cuda.graph synchronizes by itself).
@@ -17,6 +19,7 @@ CPU proxies of the first two run in test_moe_structure.py (no_host_work) and
 in suites/regressions (pr40033, pr46735).
 """
 import contextlib
+import dataclasses
 
 import pytest
 import torch
@@ -44,12 +47,27 @@ def sync_debug_error():
         torch.cuda.set_sync_debug_mode(old)
 
 
+@pytest.fixture(autouse=True)
+def _ieee_fp32_matmul():
+    """The derived tolerances assume IEEE float32 GEMMs in the unfused path:
+    TF32 off for the duration of each test (restored after)."""
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old[0]
+        torch.set_float32_matmul_precision(old[1])
+
+
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cuda_graph_replay_equals_eager(scheme, backend):
     p = _problem(scheme)
     t, _, cfg, moe = mc.setup(p, backend=backend, device="cuda")
     x, logits = t.hidden.clone(), t.router_logits.clone()
+    c = mc.fused_c_prec(moe, x.device) if backend == "fused" else 0.0
     with torch.no_grad():
         moe(x, logits)  # warm-up: Triton compilation, lazy caches
         side = torch.cuda.Stream()
@@ -68,16 +86,21 @@ def test_cuda_graph_replay_equals_eager(scheme, backend):
                 static_out = moe(x, logits)
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(static_out, eager), f"{scheme}/{backend}: graph replay differs from eager"
-        # New values in the static inputs: the replay must follow them.
-        p2 = _problem(scheme, seed=6)
-        t2, _, _, _ = mc.setup(p2, backend=backend, device="cuda")
-        x.copy_(t2.hidden)
-        logits.copy_(t2.router_logits)
+        # Same kernels on the same inputs: normally bitwise equal. cuBLAS may pick
+        # another algorithm on the capture stream (other workspace), so the
+        # contract is the derived reference tolerance, on both outputs.
+        mc.check_matches_reference(p, t, cfg, moe, out=static_out.clone(), c_prec=c)
+        mc.check_matches_reference(p, t, cfg, moe, out=eager, c_prec=c)
+        # New values in the static inputs: the replay must follow them (a graph
+        # that baked its inputs or a host-computed scale in would not).
+        p2 = p.replace(seed=6)
+        t2 = p2.tensors()
+        x.copy_(t2.hidden.to(x.device))
+        logits.copy_(t2.router_logits.to(x.device))
         graph.replay()
         torch.cuda.synchronize()
-        eager2 = moe(x, logits)
-        assert torch.equal(static_out, eager2), f"{scheme}/{backend}: replay with new inputs differs from eager"
+        t2c = dataclasses.replace(t2, hidden=x, router_logits=logits)
+        mc.check_matches_reference(p2, t2c, cfg, moe, out=static_out.clone(), c_prec=c)
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
