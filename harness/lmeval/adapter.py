@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from . import BUNDLED_MODEL_NAME, calibrate, corpus, tiny_model
 from .builder import SCHEMES, builder_source, emulation_builder, needs_activation_scales
-from .moe_swap import Swapper
+from .moe_swap import ORACLE_PREFIX, Swapper
 
 
 def auto_device() -> str:
@@ -110,6 +110,16 @@ class MoEEmuLM(TemplateLM):
         return self.activation_scales
 
     def set_scheme(self, scheme: str) -> None:
+        """A scheme name, or "oracle:<scheme>" for the float64 reference of that scheme."""
+        if scheme.startswith(ORACLE_PREFIX):
+            base = scheme[len(ORACLE_PREFIX):]
+            self.set_scheme(base)
+            self.swapper.build_oracle(base)
+            for mod in self.swapper.built[scheme].values():
+                mod.to(self._device)
+            self.swapper.use(scheme)
+            self.scheme = scheme
+            return
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
         if scheme not in self.swapper.built:

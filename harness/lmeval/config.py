@@ -39,8 +39,8 @@ VLLM_KEYS = {
 HARNESS_KEYS = {"scheme", "baseline_scheme", "backend", "dtype", "device", "batch_size", "model_dir",
                 "model_dir_env", "model_subdir", "calibration", "gates", "seed", "description"}
 GATE_KEYS = {"one_sided", "paired", "kl"}
-PAIRED_KEYS = {"allowance", "confidence", "method", "resamples", "seed", "metrics"}
-KL_KEYS = {"task", "max", "docs"}
+PAIRED_KEYS = {"allowance", "allowances", "confidence", "method", "resamples", "seed", "metrics"}
+KL_KEYS = {"task", "max", "docs", "oracle_max"}
 CALIB_KEYS = {"docs", "seed"}
 
 
@@ -70,6 +70,10 @@ class PairedSpec:
     resamples: int = 2000
     seed: int = 0
     metrics: list[str] | None = None   # "task:metric"; default: every 0/1 accuracy metric
+    allowances: dict = field(default_factory=dict)  # "task:metric" -> allowance (overrides `allowance`)
+
+    def allowance_for(self, task: str, metric: str) -> float:
+        return self.allowances.get(f"{task}:{metric}", self.allowance)
 
 
 @dataclass
@@ -77,6 +81,8 @@ class KLSpec:
     task: str | None = None
     max: float | None = None
     docs: int | None = None
+    oracle: bool = False             # also measure KL(float64 reference of the scheme || scheme)
+    oracle_max: float | None = None
 
 
 @dataclass
@@ -226,6 +232,15 @@ def _parse_paired(path, raw) -> PairedSpec | None:
     fld = "harness.gates.paired"
     if "allowance" in p:
         spec.allowance = _num(path, f"{fld}.allowance", p["allowance"], lo=0, hi=1)
+    if "allowances" in p:
+        raw_a = p["allowances"]
+        if not isinstance(raw_a, dict):
+            raise ConfigError(path, f"{fld}.allowances", "expected a mapping 'task:metric' -> number")
+        for key, v in raw_a.items():
+            if not isinstance(key, str) or ":" not in key:
+                raise ConfigError(path, f"{fld}.allowances", f"key {key!r} is not 'task:metric'")
+            task, metric = key.split(":", 1)
+            spec.allowances[f"{task}:{_metric_name(metric)}"] = _num(path, f"{fld}.allowances.{key}", v, lo=0, hi=1)
     if "confidence" in p:
         spec.confidence = _num(path, f"{fld}.confidence", p["confidence"], lo=0.5, hi=0.9999)
     if "method" in p:
@@ -251,7 +266,9 @@ def _parse_kl(path, raw, cfg: AccuracyConfig) -> KLSpec | None:
     if task not in cfg.task_names:
         raise ConfigError(path, "harness.gates.kl.task", f"{task!r} is not one of the config's tasks {cfg.task_names}")
     return KLSpec(task=task, max=_num(path, "harness.gates.kl.max", k.get("max"), lo=0, allow_none=True),
-                  docs=_num(path, "harness.gates.kl.docs", k.get("docs"), lo=1, integer=True, allow_none=True))
+                  docs=_num(path, "harness.gates.kl.docs", k.get("docs"), lo=1, integer=True, allow_none=True),
+                  oracle="oracle_max" in k,
+                  oracle_max=_num(path, "harness.gates.kl.oracle_max", k.get("oracle_max"), lo=0, allow_none=True))
 
 
 def load(path) -> AccuracyConfig:

@@ -152,23 +152,26 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
         ids = sorted(set(b) & set(s))
         p = cfg.paired
         results.append(gates.paired(task_name, metric, [b[i] for i in ids], [s[i] for i in ids],
-                                    allowance=p.allowance, confidence=p.confidence, resamples=p.resamples,
+                                    allowance=p.allowance_for(task_name, metric), confidence=p.confidence, resamples=p.resamples,
                                     seed=p.seed, method=p.method))
-    kl_info = None
+    kl_info = oracle_info = None
     if cfg.kl is not None:
+        from .kl import mean_token_kl
+
         t = time.perf_counter()
         texts = _rolling_texts(cfg, limit)
-        kl_info = __import__("harness.lmeval.kl", fromlist=["mean_token_kl"]).mean_token_kl(
-            lm, texts, cfg.baseline_scheme, scheme, batch_docs=max(8, cfg.batch_size),
-            disable_tqdm=session.disable_tqdm)
+        bd = max(8, cfg.batch_size)
+        kl_info = mean_token_kl(lm, texts, cfg.baseline_scheme, scheme, batch_docs=bd,
+                                disable_tqdm=session.disable_tqdm)
         timings["kl_s"] = time.perf_counter() - t
-        if cfg.kl.max is None:
-            results.append(gates.GateResult("kl", f"{cfg.kl.task}:kl", True,
-                                            {"mean_kl": kl_info["mean_kl"], "threshold": None,
-                                             "note": "no threshold: recorded only"}, skipped=True))
-        else:
-            results.append(gates.kl_gate(cfg.kl.task, kl_info["mean_kl"], cfg.kl.max, kl_info["n_tokens"],
-                                         {"max_token_kl": kl_info["max_token_kl"]}))
+        results.append(_kl_result(cfg.kl.task, "kl", kl_info, cfg.kl.max, "vs " + cfg.baseline_scheme))
+        if cfg.kl.oracle and scheme != cfg.baseline_scheme and scheme != "bf16":
+            t = time.perf_counter()
+            oracle_info = mean_token_kl(lm, texts, "oracle:" + scheme, scheme, batch_docs=bd,
+                                        disable_tqdm=session.disable_tqdm)
+            timings["kl_oracle_s"] = time.perf_counter() - t
+            results.append(_kl_result(cfg.kl.task, "kl_oracle", oracle_info, cfg.kl.oracle_max,
+                                      f"vs float64 reference of {scheme}"))
     lm.set_scheme(cfg.baseline_scheme)
     passed = all(g.passed for g in results)
     failed = [g for g in results if not g.passed]
@@ -178,12 +181,24 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
         "model": lm.describe(), "limit": limit, "num_fewshot": cfg.num_fewshot, "seed": cfg.seed,
         "metrics": metrics, "gates": [g.as_dict() for g in results],
         "kl": None if kl_info is None else {k: v for k, v in kl_info.items() if k != "per_doc_mean_kl"},
+        "kl_oracle": None if oracle_info is None else {k: v for k, v in oracle_info.items() if k != "per_doc_mean_kl"},
         "timings": {k: round(v, 2) for k, v in timings.items()}, "config": cfg.path,
         "warnings": cfg.warnings,
     }
     return {"name": name, "passed": passed, "skipped": False, "message": message, "details": details,
             "time": round(time.perf_counter() - t0, 2),
             "raw": {"baseline": _strip(base_out), "scheme": _strip(scheme_out)}}
+
+
+def _kl_result(task: str, gate: str, info: dict, threshold, against: str) -> gates.GateResult:
+    if threshold is None:
+        return gates.GateResult(gate, f"{task}:{gate}", True, {"mean_kl": info["mean_kl"], "threshold": None,
+                                                               "against": against,
+                                                               "note": "no threshold: recorded only"}, skipped=True)
+    g = gates.kl_gate(task, info["mean_kl"], threshold, info["n_tokens"],
+                      {"max_token_kl": info["max_token_kl"], "against": against})
+    g.gate, g.name = gate, f"{task}:{gate}"
+    return g
 
 
 def _why(g: gates.GateResult) -> str:

@@ -4,7 +4,8 @@
 
 Rules (docs/lm_eval.md): every expected value is the value measured on the
 full task (600 items) on the reference CPU; rtol 0.05 (one-sided); paired gate
-allowance 0.02 at 95% (bootstrap, 2000 resamples, seed 0); KL threshold =
+allowance per metric = measured drop vs bf16 + 0.02, rounded up to 0.01
+(at least 0.02), at 95% (bootstrap, 2000 resamples, seed 0); KL threshold =
 KL_FACTOR x the measured KL, rounded up to three significant digits (bf16 vs
 itself: 1e-9).
 """
@@ -22,7 +23,9 @@ from .evaluate import CONFIG_DIR
 KL_FACTOR = 1.10
 RTOL = 0.05
 ALLOWANCE = 0.02
-KL_DOCS = 200           # the KL gate always reads the first 200 rolling documents
+KL_DOCS = 100           # the KL gates always read the first 100 rolling documents
+ORACLE_FACTOR = 100
+ORACLE_FLOOR = 1e-6
 METRICS = {"tiny_add_mc": ["acc,none"], "tiny_add_gen": ["exact_match,none"],
            "tiny_add_rolling": ["bits_per_byte,none"]}
 
@@ -39,7 +42,15 @@ def yaml_float(x: float) -> str:
     return f"{x:.3e}" if abs(x) < 1e-3 else f"{x:.3g}"
 
 
-def render(scheme: str, measured: dict, kl: float, source: str) -> str:
+def allowance_for(drop: float | None) -> float:
+    """Accuracy budget of a scheme: its measured drop + ALLOWANCE, up to 0.01 steps."""
+    if drop is None or drop <= 0:
+        return ALLOWANCE
+    return math.ceil(round((drop + ALLOWANCE) * 100, 6)) / 100
+
+
+def render(scheme: str, measured: dict, kl: float, source: str, drops: dict | None = None,
+           oracle: float | None = None) -> str:
     kl_max = 1e-9 if scheme == "bf16" else (round_up_sig(KL_FACTOR * kl) if kl is not None else None)
     lines = [
         f"# tiny-moe, scheme {scheme}: accuracy gates against the bf16 baseline on the same items.",
@@ -69,6 +80,12 @@ def render(scheme: str, measured: dict, kl: float, source: str) -> str:
         "  gates:",
         "    paired:",
         f"      allowance: {ALLOWANCE}",
+    ]
+    if drops:
+        lines.append("      allowances:    # measured drop vs bf16 + " + f"{ALLOWANCE}")
+        for key, drop in sorted(drops.items()):
+            lines.append(f"        \"{key}\": {allowance_for(drop):.2f}    # measured drop {drop:+.4f}")
+    lines += [
         "      confidence: 0.95",
         "      method: bootstrap",
         "      resamples: 2000",
@@ -78,8 +95,14 @@ def render(scheme: str, measured: dict, kl: float, source: str) -> str:
         f"      docs: {KL_DOCS}",
         f"      max: {yaml_float(kl_max)}    # measured {kl:.4g} x {KL_FACTOR}" if kl_max is not None and kl
         else f"      max: {'null' if kl_max is None else yaml_float(kl_max)}",
-        "",
     ]
+    if scheme != "bf16":
+        if oracle is None:
+            lines.append("      oracle_max: null")
+        else:
+            omax = round_up_sig(max(ORACLE_FLOOR, ORACLE_FACTOR * oracle), 2)
+            lines.append(f"      oracle_max: {yaml_float(omax)}    # measured {oracle:.3g}: max({ORACLE_FLOOR:g}, {ORACLE_FACTOR} x)")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -90,7 +113,10 @@ def from_results(path) -> dict[str, str]:
         d = r["details"]
         measured = {k: v["scheme"] for k, v in d["metrics"].items()}
         kl = next((g["details"]["mean_kl"] for g in d["gates"] if g["gate"] == "kl"), 0.0)
-        out[d["scheme"]] = render(d["scheme"], measured, kl, f"moe-harness eval, limit {d['limit']}, {d['model']['device']}")
+        drops = {g["name"]: g["details"]["drop"] for g in d["gates"] if g["gate"] == "paired" and "drop" in g["details"]}
+        src = f"python -m harness.lmeval.measure --limit {d['limit']} ({d['model']['device']}, {path})"
+        oracle = next((g["details"]["mean_kl"] for g in d["gates"] if g["gate"] == "kl_oracle"), None)
+        out[d["scheme"]] = render(d["scheme"], measured, kl, src, drops=drops, oracle=oracle)
     return out
 
 

@@ -12,7 +12,9 @@ report can show why it passed or failed.
     McNemar p-value (one-sided, H0: no drop) is reported alongside; with
     method="mcnemar" the gate instead fails when d > allowance and p < alpha.
 (c) kl: mean per-token KL(baseline || scheme) on the rolling task must be
-    <= the scheme's threshold.
+    <= the scheme's threshold. kl_oracle (same function): KL(float64
+    reference of the scheme || scheme), i.e. the distance of the emulation
+    layer from what the scheme's numerics spec says it should produce.
 """
 
 from __future__ import annotations
@@ -122,6 +124,6 @@ def kl_gate(task: str, mean_kl: float, threshold: float, n_tokens: int, extra: d
     ok = mean_kl <= threshold
     details = {"mean_kl": mean_kl, "threshold": threshold, "n_tokens": n_tokens,
                "ratio_to_threshold": (mean_kl / threshold) if threshold > 0 else math.inf,
-               "rule": "mean per-token KL(baseline || scheme) <= threshold"}
+               "rule": "mean per-token KL(reference || scheme) <= threshold"}
     details.update(extra or {})
     return GateResult("kl", f"{task}:kl", bool(ok), details)

@@ -147,6 +147,28 @@ class EmulatedSparseMoeBlock(nn.Module):
         return out.reshape(shape)
 
 
+class OracleMoE(nn.Module):
+    """The same quantized MoE computed by harness.moe's float64 reference
+    (`reference_moe`, explicit QDQ through harness.formats, independent of the
+    layer's code), from the layer's own quant config: the distribution the
+    emulation layer should produce."""
+
+    def __init__(self, fused: nn.Module):
+        super().__init__()
+        self.fused = fused
+
+    def forward(self, hidden: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        from harness.moe.reference import reference_moe
+
+        f = self.fused
+        out = reference_moe(hidden, router_logits, f.quant_config, top_k=f.top_k, renormalize=f.renormalize,
+                            scoring=f.scoring, activation=f.activation)
+        return out.to(device=hidden.device, dtype=hidden.dtype)
+
+
+ORACLE_PREFIX = "oracle:"
+
+
 def _parent(model: nn.Module, dotted: str):
     parent_name, _, child = dotted.rpartition(".")
     return (model.get_submodule(parent_name) if parent_name else model), child
@@ -178,6 +200,19 @@ class Swapper:
                            a2_gscale=gs.get("a2_gscale"), backend=backend)
             mods[spec.name] = EmulatedSparseMoeBlock(spec, emu, scheme)
         self.built[scheme] = mods
+
+    def build_oracle(self, scheme: str) -> str:
+        """Reference (float64 oracle) blocks for an already built quantized scheme."""
+        name = ORACLE_PREFIX + scheme
+        if name not in self.built:
+            mods = {}
+            for spec in self.specs:
+                layer = self.built[scheme][spec.name].emulated
+                if getattr(layer, "quant_config", None) is None:
+                    raise ValueError(f"scheme {scheme!r} has no quant config: no oracle")
+                mods[spec.name] = EmulatedSparseMoeBlock(spec, OracleMoE(layer), name)
+            self.built[name] = mods
+        return name
 
     def use(self, scheme: str | None) -> None:
         """Install `scheme`'s blocks; None puts the original transformers blocks back."""

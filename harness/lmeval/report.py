@@ -116,9 +116,13 @@ def plot(path: Path, results: list[dict]) -> Path | None:
         kls.append(g[0]["details"].get("mean_kl", math.nan) if g else math.nan)
         thr.append(g[0]["details"].get("threshold") if g else None)
     colors = ["#4878a8" if r.get("passed") else "#c44e52" for r in rows]
-    ax2.bar(range(len(rows)), [max(k, 1e-7) if not math.isnan(k) else 0 for k in kls], color=colors)
+    ax2.bar(range(len(rows)), [k if k > 0 else math.nan for k in kls], color=colors)
+    for i, k in enumerate(kls):
+        if k == 0:
+            ax2.annotate("0", (i, 1e-5), ha="center", fontsize=8)
+    ax2.set_ylim(bottom=1e-5)
     for i, t in enumerate(thr):
-        if t:
+        if t and t >= 1e-5:
             ax2.plot([i - 0.4, i + 0.4], [t, t], color="black", linewidth=1)
     ax2.set_yscale("log")
     ax2.set_xticks(range(len(labels)))

@@ -36,6 +36,8 @@ def test_every_scheme_has_a_tiny_config_and_all_configs_load():
         if p.name.startswith("tiny-"):
             assert cfg.scheme == p.stem[len("tiny-"):]
             assert cfg.kl is not None and cfg.kl.max is not None, p
+            if cfg.scheme != "bf16":
+                assert cfg.kl.oracle and cfg.kl.oracle_max is not None, p
             assert all(m.value is not None for t in cfg.tasks for m in t.metrics), p
 
 
