@@ -246,3 +246,34 @@ def test_odd_offset_view_and_op_without_global_scale():
     want = hf.quantize(x2, "nvfp4", rounding="away")
     assert torch.equal(codes, hf.pack_fp4(want.codes))
     assert_bitwise_equal(hk.dequantize_op(codes, scales, None, "nvfp4", True, torch.float32, "triton"), hf.dequantize(want))
+
+
+def _nvfp4_scale_tie_amaxes():
+    """float32 amaxes whose block scale gs * (amax * fl(1/6)) (gs = 1) is an
+    exact midpoint between adjacent E4M3 values, normal and subnormal."""
+    e4m3 = hf.FORMATS["mxfp8_e4m3"].element
+    vals = sorted({hf.decode_value(e4m3, c) for c in range(0x7F)})  # 0 .. 448
+    sixth = torch.tensor(1.0 / 6.0, dtype=torch.float32)
+    out = []
+    for a, b in list(zip(vals, vals[1:]))[::7]:
+        t = torch.tensor((a + b) / 2, dtype=torch.float32)
+        guess = (t * 6).view(torch.int32)
+        for d in range(-4, 5):
+            amax = (guess + d).view(torch.float32)
+            if torch.equal(amax * sixth, t):
+                out.append(float(amax))
+                break
+    return out
+
+
+def test_nvfp4_block_scale_ties():
+    """Block scales that are exact E4M3 ties round half to even (a tie rounded
+    away would change both the scale byte and every element)."""
+    amaxes = _nvfp4_scale_tie_amaxes()
+    assert len(amaxes) >= 8
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(len(amaxes), 16, generator=g) * 2 - 1
+    x = x * torch.tensor(amaxes).reshape(-1, 1)
+    x[:, 3] = torch.tensor(amaxes)
+    for rounding in hf.ROUNDINGS:
+        check_all_kernels(x, "nvfp4", "floor", rounding, 1.0)
