@@ -58,6 +58,29 @@ FAULTS = [
     ("nvfp4 scale 1/6 as exact division", "harness/formats/quant.py",
      "gs * (amax * _ONE_SIXTH)", "(gs * amax) / 6.0",
      [P + "test_formats_special.py::test_nvfp4_block_scale_formula", P + "test_formats_oracles.py::test_matches_vllm_nvfp4_emulation"]),
+    ("rceil: >= instead of > on the fraction", "harness/formats/scales.py",
+     "(frac_a > frac_m)", "(frac_a >= frac_m)",
+     [P + "test_formats_oracles.py::test_matches_torchao_bitwise", P + "test_formats_qdq.py::test_scale_mode_relations"]),
+]
+
+# Faults in the Triton kernels (harness/kernels), caught by the interpreter-run
+# zero-tolerance tests on CPU.
+K = "harness/kernels/triton_src.py"
+KT = [P + "test_kernels.py"]
+FAULTS += [
+    ("kernel: RNE ties rounded away", K, "    if AWAY:\n        # A tie", "    if True:\n        # A tie", KT),
+    ("kernel: packed nibbles swapped", K, "out = (c_lo | (c_hi << 4)).to(tl.uint8)", "out = (c_hi | (c_lo << 4)).to(tl.uint8)", KT),
+    ("kernel: dequantize reads the wrong nibble", K, "lo = _decode(b & 0xF,", "lo = _decode(b >> 4,", KT),
+    ("kernel: ceil scale +1 for exact powers of two", K,
+     "shared = e - F32_BIAS - EMAX + ((amax_bits & F32_FRAC_MASK) != 0).to(tl.int32)", "shared = e - F32_BIAS - EMAX + 1", KT),
+    ("kernel: signed zero dropped", K, "return values, mag | ((xb >> (32 - WIDTH)) & SIGN_BIT)",
+     "return values, mag | tl.where(mag != 0, (xb >> (32 - WIDTH)) & SIGN_BIT, 0)", KT),
+    ("kernel: nvfp4 E4M3 block scale ties away", K, "s, s_mag = _round_to_grid(sfb, S_MBITS, S_EMIN_FIELD, False)",
+     "s, s_mag = _round_to_grid(sfb, S_MBITS, S_EMIN_FIELD, True)", KT),
+    ("kernel: MX NaN block element code not set", K, "        mag = tl.where(d, NAN_CODE, mag)\n", "        mag = mag\n", KT),
+    ("kernel: rceil >= instead of >", K, "((amax_bits & F32_FRAC_MASK) > RCEIL_MANT)", "((amax_bits & F32_FRAC_MASK) >= RCEIL_MANT)", KT),
+    ("kernel: even-mode half-ulp one bit too low", "harness/kernels/constants.py",
+     '"EVEN_ADD": 1 << (F32_MANT_BITS - 1 - el.mbits)', '"EVEN_ADD": 1 << (F32_MANT_BITS - 2 - el.mbits)', KT),
 ]
 
 
