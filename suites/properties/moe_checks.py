@@ -521,7 +521,7 @@ def check_no_silent_skip(problem, t=None, moe=None, cfg=None):
     trace = reference_trace(problem, t, cfg)
     noq_cfg = _NoActQdqConfig(cfg)
     trace_noq = reference_trace(problem, t, noq_cfg)
-    tol = output_tolerance(trace, problem, cfg)
+    tol = output_tolerance(trace, problem, cfg, t.hidden.dtype)
     if not bool(((trace.out - trace_noq.out).abs() > 2 * tol).any()):
         return {"skipped": True}  # QDQ is (numerically) the identity here
     assert not torch.equal(out, out_noq), (
@@ -688,7 +688,7 @@ def check_token_equivariance(problem, t=None, cfg=None, moe=None, seed=0):
     out = run(moe, t)
     tp = dataclasses.replace(t, hidden=t.hidden[perm], router_logits=t.router_logits[perm])
     outp = run(moe, tp)
-    tol = output_tolerance(reference_trace(problem, t, cfg), problem, cfg)
+    tol = output_tolerance(reference_trace(problem, t, cfg), problem, cfg, t.hidden.dtype)
     err = (outp.double() - out[perm].double()).abs()
     bad = ~(err <= 2 * tol[perm])
     assert not bool(bad.any()), _describe_mismatch("token permutation", outp, out[perm], 2 * tol[perm], bad)
@@ -708,7 +708,7 @@ def check_expert_equivariance(problem, t=None, cfg=None, moe=None, seed=0):
     cfgp = permute_experts(cfg, perm)
     tp = dataclasses.replace(t, router_logits=t.router_logits[:, perm])
     outp = run(make_moe(problem, cfgp), tp)
-    tol = output_tolerance(reference_trace(problem, t, cfg), problem, cfg)
+    tol = output_tolerance(reference_trace(problem, t, cfg), problem, cfg, t.hidden.dtype)
     err = (outp.double() - out.double()).abs()
     bad = ~(err <= 2 * tol)
     assert not bool(bad.any()), _describe_mismatch("expert relabelling", outp, out, 2 * tol, bad)
