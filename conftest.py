@@ -51,6 +51,12 @@ def _gpu_kind():
 
 
 def pytest_configure(config):
+    # One intra-op thread per xdist worker: `-n 2` on 2 cores with torch's
+    # default thread pool oversubscribes and slows small ops several-fold.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
     for line in (
         "gpu: needs a CUDA or ROCm GPU (skipped cleanly without one)",
         "cuda: needs an NVIDIA CUDA GPU",
