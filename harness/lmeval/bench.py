@@ -14,7 +14,7 @@ from .builder import SCHEMES
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheme", default="nvfp4", choices=SCHEMES)
-    parser.add_argument("--limit", type=int, default=None, help="items per task (default: all 600)")
+    parser.add_argument("--limit", type=int, default=300, help="items per task (default 300; 0 = all 600)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--report-root", default="reports")
@@ -54,7 +54,7 @@ def run(scheme: str = "nvfp4", limit: int | None = None, batch_size: int = 64, t
 
 
 def main(args) -> int:
-    result = run(args.scheme, args.limit, args.batch_size, args.threads)
+    result = run(args.scheme, args.limit or None, args.batch_size, args.threads)
     text = json.dumps(result, indent=2, default=str)
     print(text)
     if not args.no_report:
