@@ -15,14 +15,18 @@ def _offline(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def eval_session():
-    from harness.lmeval.evaluate import Session
-
-    return Session(disable_tqdm=True)
-
-
-@pytest.fixture(scope="session")
 def tiny_lm():
     from harness.lmeval.adapter import MoEEmuLM
 
-    return MoEEmuLM(pretrained="tiny-moe", scheme="bf16", batch_size=64)
+    return MoEEmuLM(pretrained="tiny-moe", scheme="bf16", dtype="float32", batch_size=64)
+
+
+@pytest.fixture(scope="session")
+def eval_session(tiny_lm):
+    """An evaluate.Session that reuses `tiny_lm` for the tiny configs (one load,
+    one calibration, one quantization per scheme for the whole suite)."""
+    from harness.lmeval.evaluate import Session
+
+    session = Session(disable_tqdm=True)
+    session.lms[(tiny_lm.model_dir, "float32", None, "unfused")] = tiny_lm
+    return session

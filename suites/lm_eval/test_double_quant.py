@@ -22,7 +22,7 @@ from harness.lmeval.evaluate import run_config, tiny_config_path
 
 from . import faults
 
-LIMIT = 50
+LIMIT = 30
 
 
 def _gate(result, gate):
