@@ -86,7 +86,8 @@ def encode(spec: ElementSpec, v: torch.Tensor, rounding: str = "rne") -> torch.T
     q = torch.ldexp(a, (spec.mbits - exp).to(torch.float32))
     n = round_integer(q, rounding).to(torch.int32)
     mag = ((exp - spec.emin) << spec.mbits) + n
-    mag = torch.where(a >= spec.max_normal, spec.max_code, torch.clamp(mag, max=spec.max_code))
+    # max_normal is itself a code, so only inputs at or past it can exceed max_code.
+    mag = torch.where(a >= spec.max_normal, spec.max_code, mag)
     sign = (v.view(torch.int32) < 0).to(torch.int32) * spec.sign_bit
     code = mag | sign
     nan = torch.isnan(v)
