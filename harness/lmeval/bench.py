@@ -14,7 +14,7 @@ from .builder import SCHEMES
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheme", default="nvfp4", choices=SCHEMES)
-    parser.add_argument("--limit", type=int, default=300, help="items per task (default 300; 0 = all 600)")
+    parser.add_argument("--limit", type=int, default=0, help="items per task (default 0 = all 600)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--report-root", default="reports")

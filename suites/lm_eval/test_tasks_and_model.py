@@ -12,8 +12,9 @@ MODEL = tiny_model.bundled_dir()
 
 def test_bundled_model_is_small_and_complete():
     files = {p.name for p in MODEL.iterdir()}
+    assert "__init__.py" in files  # a package, so setuptools ships the files as package data
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= files
-    size = sum(p.stat().st_size for p in MODEL.iterdir())
+    size = sum(p.stat().st_size for p in MODEL.iterdir() if p.is_file())
     assert size <= 10 * 1024 * 1024, size
     cfg = json.loads((MODEL / "config.json").read_text())
     assert cfg["model_type"] == "qwen3_moe" and cfg.get("num_experts", cfg.get("num_local_experts")) == 8 and cfg["num_experts_per_tok"] == 2
