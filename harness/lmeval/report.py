@@ -36,8 +36,9 @@ def summary_markdown(title: str, results: list[dict]) -> str:
     n_fail = sum(1 for r in results if not r.get("passed") and not r.get("skipped"))
     n_skip = sum(1 for r in results if r.get("skipped"))
     lines += [f"**{n_fail} failed**, {len(results) - n_fail - n_skip} passed, {n_skip} skipped", ""]
-    lines += ["| run | scheme | status | metrics (scheme / baseline / expected) | paired drop [CI] | KL (max) |",
-              "|---|---|---|---|---|---|"]
+    lines += ["| run | scheme | status | metrics (scheme / baseline / expected) | paired drop [CI] | KL vs baseline (max) "
+              "| KL vs float64 reference (max) |",
+              "|---|---|---|---|---|---|---|"]
     for r in results:
         d = r.get("details", {})
         status = "skipped" if r.get("skipped") else ("passed" if r.get("passed") else "**FAILED**")
@@ -46,16 +47,21 @@ def summary_markdown(title: str, results: list[dict]) -> str:
         paired = "; ".join(f"{g['details'].get('drop', math.nan):+.3f} [{g['details'].get('drop_ci_low', math.nan):+.3f}, "
                            f"{g['details'].get('drop_ci_high', math.nan):+.3f}] p={g['details'].get('mcnemar_p_one_sided', math.nan):.3g}"
                            for g in d.get("gates", []) if g["gate"] == "paired" and "drop" in g["details"])
-        kl = [g for g in d.get("gates", []) if g["gate"] == "kl"]
-        kl_s = f"{kl[0]['details'].get('mean_kl', math.nan):.5f} ({_f(kl[0]['details'].get('threshold'))})" if kl else ""
-        lines.append(f"| {r['name']} | {d.get('scheme', '')} | {status} | {mets or r.get('message', '')} | {paired} | {kl_s} |")
+        kls = []
+        for gate in ("kl", "kl_oracle"):
+            kl = [g for g in d.get("gates", []) if g["gate"] == gate]
+            kls.append(f"{kl[0]['details'].get('mean_kl', math.nan):.4g} ({_f(kl[0]['details'].get('threshold'))})"
+                       if kl else "")
+        lines.append(f"| {r['name']} | {d.get('scheme', '')} | {status} | {mets or r.get('message', '')} | {paired} "
+                     f"| {kls[0]} | {kls[1]} |")
     lines.append("")
     for r in results:
         if not r.get("passed") or r.get("skipped"):
             lines += [f"- `{r['name']}`: {r.get('message', '')}"]
     seeds = sorted({(r.get('details', {}).get('seed')) for r in results if r.get('details', {}).get('seed') is not None})
     lines += ["", f"lm-eval seeds: {seeds}; paired bootstrap seeds in each gate's details; "
-              "KL = mean over predicted tokens of KL(baseline || scheme) on the rolling task.", ""]
+              "KL = mean over predicted tokens of KL(reference || scheme) on the rolling task's KL documents; "
+              "the reference is the baseline scheme, or harness.moe's float64 reference of the scheme.", ""]
     return "\n".join(lines)
 
 
