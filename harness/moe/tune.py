@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import statistics
 import sys
 
 import torch
+
+from .bench import _time as _bench_time
 
 FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN")
 TILES = {
@@ -19,18 +20,8 @@ TILES = {
 
 
 def _ms(fn, iters=10, warmup=2):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    """Median CUDA-event milliseconds, the bench's own timer."""
+    return _bench_time(fn, iters, warmup, torch.device("cuda"))
 
 
 def dequant_exactness(dev) -> dict:
