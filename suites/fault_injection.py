@@ -69,7 +69,10 @@ K = "harness/kernels/triton_src.py"
 KT = [P + "test_kernels.py"]
 FAULTS += [
     ("kernel: RNE ties rounded away", K, "    if AWAY:\n        # A tie", "    if True:\n        # A tie", KT),
-    ("kernel: packed nibbles swapped", K, "out = (c_lo | (c_hi << 4)).to(tl.uint8)", "out = (c_hi | (c_lo << 4)).to(tl.uint8)", KT),
+    ("kernel: packed nibbles swapped", K, "c_lo | (c_hi << 4), scodes, HALF", "c_hi | (c_lo << 4), scodes, HALF", KT),
+    ("kernel: prefetched tile never handed over", K, "            w = w_next\n", "            w = w\n", KT),
+    ("kernel: prefetch reads the current tile again", K, "w_next = _load_rows(w_ptr, (blk0 + BPP) * HALF",
+     "w_next = _load_rows(w_ptr, blk0 * HALF", KT),
     ("kernel: dequantize reads the wrong nibble", K, "lo = _decode(b & 0xF,", "lo = _decode(b >> 4,", KT),
     ("kernel: ceil scale +1 for exact powers of two", K,
      "shared = e - F32_BIAS - EMAX + ((amax_bits & F32_FRAC_MASK) != 0).to(tl.int32)", "shared = e - F32_BIAS - EMAX + 1", KT),

@@ -70,7 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ops for which torch.compile of the reference is timed (default all)")
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     parser.add_argument("--sweep", type=_csv(str), default=[],
-                        help="extra Triton qdq tiles to time, TILE_ELEMS:WARPS, e.g. 2048:4,8192:8")
+                        help="extra Triton launch shapes to time, TILE_ELEMS:WARPS[:TILES_PER_PROGRAM], "
+                             "e.g. 2048:4,8192:8,4096:4:2 (the third number: quantize only)")
+    parser.add_argument("--sweep-sizes", type=_csv(parse_size), default=[],
+                        help="sizes at which --sweep runs (default: the largest of --sizes)")
     parser.add_argument("--min-time", type=float, default=0.05, help="seconds per timed batch (default 0.05)")
     parser.add_argument("--out", default=None, help="also write the JSON to this path")
     parser.add_argument("--no-report", action="store_true", help="do not write reports/")
@@ -170,12 +173,13 @@ class Workload:
     def gs_rows(self):
         return None if self.gs is None else self.gs.reshape(1)
 
-    def triton(self, tile_elems=None, num_warps=None):
+    def triton(self, tile_elems=None, num_warps=None, tiles_per_program=None):
         kw = dict(tile_elems=tile_elems, num_warps=num_warps)
         if self.op == "qdq":
             return lambda: launch.qdq(self.x, self.gs_rows, self.fmt, "floor", "rne", **kw)
         if self.op == "quantize":
-            return lambda: launch.quantize(self.x, self.gs_rows, self.fmt, "floor", "rne", self.pack, **kw)
+            return lambda: launch.quantize(self.x, self.gs_rows, self.fmt, "floor", "rne", self.pack, **kw,
+                                           tiles_per_program=tiles_per_program)
         return lambda: launch.dequantize(self.codes, self.scales, self.gs_rows, self.fmt, self.pack, self.dtype, **kw)
 
     def reference_fn(self):
@@ -234,8 +238,8 @@ def _measure(result, w, impl, sweep, device, args):
     t0 = time.perf_counter()
     try:
         if impl.startswith("triton"):
-            tile, warps = (int(v) for v in sweep.split(":")) if sweep else (None, None)
-            secs = _time_graph(w.triton(tile, warps), device, args.min_time, w.bytes)
+            tile, warps, tpp = ([int(v) for v in sweep.split(":")] + [None])[:3] if sweep else (None, None, None)
+            secs = _time_graph(w.triton(tile, warps, tpp), device, args.min_time, w.bytes)
         else:
             fn, fargs = w.reference_fn()
             if impl == "compile":
@@ -261,7 +265,7 @@ def _plan(args):
         for op in args.ops:
             for n in args.sizes:
                 impls = [("triton", None)]
-                if op == "qdq" and n == max(args.sizes):
+                if n in (args.sweep_sizes or [max(args.sizes)]):  # launch-shape sweep
                     impls += [(f"triton[{s}]", s) for s in args.sweep]
                 if n in args.baseline_sizes and "eager" in args.baselines:
                     impls.append(("eager", None))

@@ -18,6 +18,12 @@ from .loader import kernels
 # GPU tile: elements per program and warps (bench.py --sweep measures others).
 GPU_TILE_ELEMS = 2048
 GPU_NUM_WARPS = 4
+# Quantize kernels: quantization blocks per tile and tiles per program (each
+# program loads its next tile before working on the current one). Measured on
+# an H200 (docs/benchmarks.md): 128 blocks x 2 tiles is the best or within 1%
+# of it for nvfp4 (2048-element tiles) and mxfp4 (4096) alike.
+GPU_QUANT_TILE_BLOCKS = 128
+GPU_QUANT_TPP = 2
 # Interpreter: one numpy pass per program, so few, large programs.
 INTERP_MAX_BPP = 256
 
@@ -28,15 +34,17 @@ def _next_pow2(n: int) -> int:
 
 def tile(n_blocks: int, block: int, interpret: bool, tile_elems: int | None = None) -> int:
     """Blocks per program (a power of two)."""
+    if tile_elems:
+        return max(1, tile_elems // block)
     if interpret:
         return max(1, min(_next_pow2(n_blocks), INTERP_MAX_BPP))
-    return max(1, (tile_elems or GPU_TILE_ELEMS) // block)
+    return max(1, GPU_TILE_ELEMS // block)
 
 
 def _launch(kernel, n_blocks: int, bpp: int, args: tuple, consts: dict, interpret: bool, num_warps=None):
     names = set(kernel.arg_names)
     kw = {k: v for k, v in consts.items() if k in names}
-    grid = (triton_cdiv(n_blocks, bpp),)
+    grid = (triton_cdiv(n_blocks, bpp * kw.get("TPP", 1)),)
     if interpret:
         import numpy as np
 
@@ -84,7 +92,7 @@ _PAIR_VIEW = {torch.bfloat16: (torch.int32, 0), torch.float16: (torch.int32, 1),
 
 
 def quantize(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, pack: bool, *, tile_elems=None,
-             num_warps=None):
+             num_warps=None, tiles_per_program=None):
     """(codes, scales): fp4 codes packed two per byte when `pack`, else one per byte."""
     spec = get_format(fmt)
     interpret = x.device.type == "cpu"
@@ -95,10 +103,13 @@ def quantize(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, pack
     n_blocks = x.numel() // spec.block_size
     if n_blocks == 0:
         return codes, scales
+    if tile_elems is None and not interpret:
+        tile_elems = GPU_QUANT_TILE_BLOCKS * spec.block_size
     bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
+    tpp = tiles_per_program or (1 if interpret else GPU_QUANT_TPP)
     gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x, spec)
-    consts = dict(kernel_constants(spec.name, scale_mode, rounding), BPP=bpp, EVEN=n_blocks % bpp == 0,
-                  GS_PER_ROW=per_row)
+    consts = dict(kernel_constants(spec.name, scale_mode, rounding), BPP=bpp, EVEN=n_blocks % (bpp * tpp) == 0,
+                  GS_PER_ROW=per_row, TPP=tpp)
     if pack:
         word, kind = _PAIR_VIEW[x.dtype]
         if x.data_ptr() % (2 * x.element_size()):  # a view starting at an odd element

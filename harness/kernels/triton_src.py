@@ -293,6 +293,32 @@ def qdq_kernel(x_ptr, y_ptr, gs_ptr, n_blocks, blocks_per_gs,
 
 
 @triton.jit
+def _load_rows(ptr, base, offs, rmask, EVEN: tl.constexpr):
+    """A [BPP, W] tile at element offset `base` (int64); masked rows read 0."""
+    if EVEN:
+        return tl.load(ptr + base + offs)
+    else:
+        return tl.load(ptr + base + offs, mask=rmask[:, None], other=0)
+
+
+@triton.jit
+def _store_tile(c_ptr, s_ptr, blk0, offs, rows, rmask, codes, scodes, CW: tl.constexpr, EVEN: tl.constexpr):
+    """Codes [BPP, CW] and one scale byte per block, for blocks blk0 + rows."""
+    if EVEN:
+        tl.store(c_ptr + blk0 * CW + offs, codes.to(tl.uint8))
+        tl.store(s_ptr + blk0 + rows, scodes.to(tl.uint8))
+    else:
+        tl.store(c_ptr + blk0 * CW + offs, codes.to(tl.uint8), mask=rmask[:, None])
+        tl.store(s_ptr + blk0 + rows, scodes.to(tl.uint8), mask=rmask)
+
+
+# Quantize kernels run TPP consecutive tiles per program and load tile t + 1
+# before working on tile t: the loads of the next tile are in flight while
+# this one is computed, which is what lifts quantize (little to write, a lot
+# of integer work per element) toward the memory bound (docs/benchmarks.md).
+
+
+@triton.jit
 def quantize_kernel(x_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
                     BPP: tl.constexpr, EVEN: tl.constexpr, GS_PER_ROW: tl.constexpr, BF16_BY_BITS: tl.constexpr,
                     BLOCK: tl.constexpr, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr,
@@ -300,26 +326,26 @@ def quantize_kernel(x_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
                     WIDTH: tl.constexpr, SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr,
                     MAXN_BITS: tl.constexpr, NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr,
                     RCEIL_MANT: tl.constexpr, S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr,
-                    S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
+                    S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr,
+                    TPP: tl.constexpr = 1):
     """One code per byte (the element's own bit layout) and one scale byte per block."""
-    blk0, rows = _block_ids(tl.program_id(0), BPP)
+    rows = tl.arange(0, BPP)
     offs = rows[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-    rmask = (blk0 + rows) < n_blocks
-    if EVEN:
-        x = tl.load(x_ptr + blk0 * BLOCK + offs)
-    else:
-        x = tl.load(x_ptr + blk0 * BLOCK + offs, mask=rmask[:, None], other=0.0)
-    gs = _load_gs(gs_ptr, blk0 + rows, rmask, blocks_per_gs, IS_MX, GS_PER_ROW)
-    _values, codes, scodes, _mult = _quantize_tile(
-        _to_f32(x, BF16_BY_BITS), gs, IS_MX, SCALE_MODE, ROUND_AWAY, EMAX, EVEN_ADD, MBITS, WIDTH, SIGN_BIT,
-        EMIN_FIELD, MAXN_BITS, NAN_CODE, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE,
-        S_CLAMP_BITS, ONE_SIXTH)
-    if EVEN:
-        tl.store(c_ptr + blk0 * BLOCK + offs, codes.to(tl.uint8))
-        tl.store(s_ptr + blk0 + rows, scodes.to(tl.uint8))
-    else:
-        tl.store(c_ptr + blk0 * BLOCK + offs, codes.to(tl.uint8), mask=rmask[:, None])
-        tl.store(s_ptr + blk0 + rows, scodes.to(tl.uint8), mask=rmask)
+    first = tl.program_id(0).to(tl.int64) * (BPP * TPP)
+    x = _load_rows(x_ptr, first * BLOCK, offs, (first + rows) < n_blocks, EVEN)
+    for t in tl.static_range(TPP):
+        blk0 = first + t * BPP
+        rmask = (blk0 + rows) < n_blocks
+        if t + 1 < TPP:  # prefetch the next tile
+            x_next = _load_rows(x_ptr, (blk0 + BPP) * BLOCK, offs, (blk0 + BPP + rows) < n_blocks, EVEN)
+        gs = _load_gs(gs_ptr, blk0 + rows, rmask, blocks_per_gs, IS_MX, GS_PER_ROW)
+        _values, codes, scodes, _mult = _quantize_tile(
+            _to_f32(x, BF16_BY_BITS), gs, IS_MX, SCALE_MODE, ROUND_AWAY, EMAX, EVEN_ADD, MBITS, WIDTH, SIGN_BIT,
+            EMIN_FIELD, MAXN_BITS, NAN_CODE, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE,
+            S_CLAMP_BITS, ONE_SIXTH)
+        _store_tile(c_ptr, s_ptr, blk0, offs, rows, rmask, codes, scodes, BLOCK, EVEN)
+        if t + 1 < TPP:
+            x = x_next
 
 
 @triton.jit
@@ -331,34 +357,33 @@ def quantize_packed_kernel(w_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
                            EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr, NAN_CODE: tl.constexpr,
                            RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr, S_MBITS: tl.constexpr,
                            S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr,
-                           ONE_SIXTH: tl.constexpr):
+                           ONE_SIXTH: tl.constexpr, TPP: tl.constexpr = 1):
     """fp4 codes packed two per byte, element 2i in the low nibble. The input
     is read as words of two elements (w_ptr: x viewed as int32/int64), so the
     even and odd elements arrive de-interleaved with no shuffle."""
-    blk0, rows = _block_ids(tl.program_id(0), BPP)
-    offs = rows[:, None] * (BLOCK // 2) + tl.arange(0, BLOCK // 2)[None, :]
-    rmask = (blk0 + rows) < n_blocks
-    if EVEN:
-        w = tl.load(w_ptr + blk0 * (BLOCK // 2) + offs)
-    else:
-        w = tl.load(w_ptr + blk0 * (BLOCK // 2) + offs, mask=rmask[:, None], other=0)
-    lo, hi = _split_pairs(w, IN_KIND)
-    gs = _load_gs(gs_ptr, blk0 + rows, rmask, blocks_per_gs, IS_MX, GS_PER_ROW)
-    # one reduction over both halves (integer max of |bits|: NaN-aware)
-    amax = tl.reduce(tl.maximum(lo.to(tl.int32, bitcast=True) & F32_ABS_MASK,
-                                hi.to(tl.int32, bitcast=True) & F32_ABS_MASK), 1, tl.standard._elementwise_max)
-    scodes, enc, _mult, dead = _block_scale(
-        amax, gs, IS_MX, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP,
-        RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE, S_CLAMP_BITS, ONE_SIXTH)
-    _v, c_lo = _encode(lo, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
-    _v, c_hi = _encode(hi, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
-    out = (c_lo | (c_hi << 4)).to(tl.uint8)
-    if EVEN:
-        tl.store(c_ptr + blk0 * (BLOCK // 2) + offs, out)
-        tl.store(s_ptr + blk0 + rows, scodes.to(tl.uint8))
-    else:
-        tl.store(c_ptr + blk0 * (BLOCK // 2) + offs, out, mask=rmask[:, None])
-        tl.store(s_ptr + blk0 + rows, scodes.to(tl.uint8), mask=rmask)
+    HALF: tl.constexpr = BLOCK // 2
+    rows = tl.arange(0, BPP)
+    offs = rows[:, None] * HALF + tl.arange(0, HALF)[None, :]
+    first = tl.program_id(0).to(tl.int64) * (BPP * TPP)
+    w = _load_rows(w_ptr, first * HALF, offs, (first + rows) < n_blocks, EVEN)
+    for t in tl.static_range(TPP):
+        blk0 = first + t * BPP
+        rmask = (blk0 + rows) < n_blocks
+        if t + 1 < TPP:  # prefetch the next tile
+            w_next = _load_rows(w_ptr, (blk0 + BPP) * HALF, offs, (blk0 + BPP + rows) < n_blocks, EVEN)
+        lo, hi = _split_pairs(w, IN_KIND)
+        gs = _load_gs(gs_ptr, blk0 + rows, rmask, blocks_per_gs, IS_MX, GS_PER_ROW)
+        # one reduction over both halves (integer max of |bits|: NaN-aware)
+        amax = tl.reduce(tl.maximum(lo.to(tl.int32, bitcast=True) & F32_ABS_MASK,
+                                    hi.to(tl.int32, bitcast=True) & F32_ABS_MASK), 1, tl.standard._elementwise_max)
+        scodes, enc, _mult, dead = _block_scale(
+            amax, gs, IS_MX, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP,
+            RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE, S_CLAMP_BITS, ONE_SIXTH)
+        _v, c_lo = _encode(lo, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
+        _v, c_hi = _encode(hi, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
+        _store_tile(c_ptr, s_ptr, blk0, offs, rows, rmask, c_lo | (c_hi << 4), scodes, HALF, EVEN)
+        if t + 1 < TPP:
+            w = w_next
 
 
 @triton.jit

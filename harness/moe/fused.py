@@ -87,6 +87,7 @@ def _moe_gemm_kernel(
     FAST_DECODE: tl.constexpr = False,  # decode by placing bits + one power-of-two multiply
     MULT_BCAST: tl.constexpr = True,  # load one multiplier per block and broadcast (else gather per element)
     PACK_JOIN: tl.constexpr = True,  # load fp4 bytes once and split (else shift per element)
+    EVEN_NK: tl.constexpr = False,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: weight loads need no masks
 ):
     # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
     pid_m = tl.program_id(0)
@@ -110,7 +111,10 @@ def _moe_gemm_kernel(
     for k0 in range(0, k_end, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
         kmask = offs_k < K
-        wmask = nmask[:, None] & kmask[None, :]
+        if EVEN_NK:  # a constant-true mask folds away
+            wmask = tl.full((BLOCK_N, BLOCK_K), 1, tl.int1)
+        else:
+            wmask = nmask[:, None] & kmask[None, :]
         if KIND == 0:
             wv = tl.load(w_base + offs_k[None, :], mask=wmask, other=0.0)
             if not BF16:
@@ -119,8 +123,11 @@ def _moe_gemm_kernel(
             if PACKED:  # one byte holds k = 2i (low nibble) and 2i + 1 (high nibble)
                 if PACK_JOIN:
                     offs_kb = k0 // 2 + tl.arange(0, BLOCK_K // 2).to(tl.int64)
-                    byte = tl.load(w_base + offs_kb[None, :], mask=nmask[:, None] & (offs_kb < K // 2)[None, :],
-                                   other=0).to(tl.int32)
+                    if EVEN_NK:
+                        byte = tl.load(w_base + offs_kb[None, :]).to(tl.int32)
+                    else:
+                        byte = tl.load(w_base + offs_kb[None, :],
+                                       mask=nmask[:, None] & (offs_kb < K // 2)[None, :], other=0).to(tl.int32)
                     code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BLOCK_N, BLOCK_K))
                 else:
                     byte = tl.load(w_base + (offs_k // 2)[None, :], mask=wmask, other=0).to(tl.int32)
@@ -148,8 +155,11 @@ def _moe_gemm_kernel(
                 val = tl.where(mag == (1 << (WIDTH - 1)) - 1, nan, val)
             if MULT_BCAST:  # one multiplier per QBLOCK elements, broadcast over its block
                 offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
-                m = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
-                            other=0.0)
+                if EVEN_NK:
+                    m = tl.load(m_base + offs_b[None, :])
+                else:
+                    m = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
+                                other=0.0)
                 wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
                                 (BLOCK_N, BLOCK_K))
             else:
@@ -158,8 +168,11 @@ def _moe_gemm_kernel(
             # dequant-only launch: stride_xm / stride_om are the output's expert / row strides
             tl.store(out_ptr + e * stride_xm + offs_n[:, None] * stride_om + offs_k[None, :], wv, mask=wmask)
         else:
-            a = tl.load(x_ptr + rows_safe[:, None] * stride_xm + offs_k[None, :],
-                        mask=rmask[:, None] & kmask[None, :], other=0.0)
+            if EVEN_NK:
+                amask = rmask[:, None]
+            else:
+                amask = rmask[:, None] & kmask[None, :]
+            a = tl.load(x_ptr + rows_safe[:, None] * stride_xm + offs_k[None, :], mask=amask, other=0.0)
             if BF16:
                 acc = tl.dot(a.to(tl.bfloat16), tl.trans(wv.to(tl.bfloat16)), acc)
             else:
@@ -378,9 +391,14 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         if a_gscale is None:
             raise ValueError("nvfp4 fused GEMM in bf16 needs a_gscale")
         g = a_gscale.to(device=x.device, dtype=torch.float32).reshape(())
-        xk = xk * g
+        if interpret:
+            xk = (xk * g).to(torch.bfloat16)
+        else:  # one pass, the same bits (fused_act.scale_to_bf16)
+            from . import fused_act  # noqa: PLC0415
+
+            xk = fused_act.scale_to_bf16(xk, g)
         post = post * (1.0 / g)
-    if bf16:
+    elif bf16:
         xk = xk.to(torch.bfloat16)
     xk = xk.contiguous()
     bm = block_m or _block_m(P, fw.E)
@@ -394,6 +412,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     if run_fw.kind == 0:
         for flag in ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN"):
             cfg.pop(flag, None)
+    cfg.setdefault("EVEN_NK", fw.N % cfg["BLOCK_N"] == 0 and K % cfg["BLOCK_K"] == 0)
     grid = (block_expert.shape[0], triton.cdiv(fw.N, cfg["BLOCK_N"]))
     dummy = out
     _kernel(interpret)[grid](
@@ -415,6 +434,7 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, mult: Optional[torch.Tenso
     cfg = launch_config(16, interpret, config, None if interpret else "dequant")
     if interpret:
         cfg.update(BLOCK_N=16, BLOCK_K=32)
+    cfg.setdefault("EVEN_NK", fw.N % cfg["BLOCK_N"] == 0 and fw.K % cfg["BLOCK_K"] == 0)
     grid = (fw.E, triton.cdiv(fw.N, cfg["BLOCK_N"]))
     m = mult if mult is not None else out
     _kernel(interpret)[grid](

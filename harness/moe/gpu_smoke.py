@@ -124,13 +124,56 @@ def int64_offsets(dev) -> dict:
             "close": bool(torch.allclose(y, ref, rtol=1e-4, atol=1e-3))}
 
 
+def profile_forward(dev, tokens=(16, 4096), schemes=("w_mxfp4_a_mxfp4", "nvfp4"), iters=5) -> dict:
+    """Where a Mixtral-shape forward spends its GPU time: torch.profiler over
+    `iters` eager forwards (mode auto), CUDA kernel time per kernel name, in
+    microseconds per forward, largest first."""
+    import harness.moe as hm  # noqa: PLC0415
+    from harness.moe.bench import SHAPES  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    E, k, H, I = SHAPES["mixtral"]
+    g = torch.Generator(device=dev).manual_seed(0)
+    w13 = (torch.randn(E, 2 * I, H, generator=g, device=dev) * H ** -0.5).to(torch.bfloat16)
+    w2 = (torch.randn(E, H, I, generator=g, device=dev) * I ** -0.5).to(torch.bfloat16)
+    xs = {T: (torch.randn(T, H, generator=g, device=dev).to(torch.bfloat16), torch.randn(T, E, generator=g, device=dev))
+          for T in tokens}
+    x0, lg0 = xs[max(tokens)]
+    a1, a2 = hm.calibrate_activation_scales(w13, w2, x0[:256].float(), lg0[:256], top_k=k)
+    res = {}
+    for scheme in schemes:
+        moe = hm.build_emulated_moe(scheme, w13, w2, top_k=k, a1_gscale=a1, a2_gscale=a2, backend="fused")
+        for T, (x, lg) in xs.items():
+            with torch.no_grad():
+                for _ in range(2):
+                    moe(x, lg)
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(iters):
+                        moe(x, lg)
+                    torch.cuda.synchronize()
+            rows = []
+            for ev in prof.key_averages():
+                dt = getattr(ev, "device_time_total", None)
+                if dt is None:
+                    dt = getattr(ev, "cuda_time_total", 0)
+                if dt and ev.count:
+                    rows.append((ev.key[:90], round(dt / iters, 1), ev.count // iters))
+            rows.sort(key=lambda r: -r[1])
+            res[f"{scheme}.T{T}"] = {"kernel_us_per_forward": rows[:25],
+                                     "total_us": round(sum(r[1] for r in rows), 1)}
+        del moe
+        torch.cuda.empty_cache()
+    return res
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--tune", action="store_true", help="measure launch configs first and use the best")
     p.add_argument("--steps", default="checks,gemm,int64,bench,capture",
-                   help="comma list of checks,gemm,int64,tune_predequant,bench,capture")
+                   help="comma list of checks,gemm,int64,tune_predequant,profile,bench,capture")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -158,6 +201,9 @@ def main(argv=None) -> int:
 
         _guard(res, "tune_predequant", lambda: tune.tune_predequant(dev))
         res["gpu_configs_used"] = fused.GPU_CONFIGS
+        _dump(out, "smoke.json", res)
+    if "profile" in steps:
+        _guard(res, "profile", lambda: profile_forward(dev))
         _dump(out, "smoke.json", res)
     if "checks" in steps:
         _guard(res, "run_checks", lambda: run_checks(0, dev))

@@ -277,3 +277,28 @@ def test_nvfp4_block_scale_ties():
     x[:, 3] = torch.tensor(amaxes)
     for rounding in hf.ROUNDINGS:
         check_all_kernels(x, "nvfp4", "floor", rounding, 1.0)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "mxfp6_e3m2"])
+def test_quantize_several_tiles_per_program(fmt):
+    """Quantize programs that run several tiles, each loading the next before
+    working on the current one (the GPU default), over a ragged tail: the same
+    codes, packed bytes and scales as the reference. A lost or stale prefetch
+    (a tile quantized twice, a tail tile read from the wrong place) differs."""
+    from harness.kernels import launch
+
+    spec = hf.FORMATS[fmt]
+    g = torch.Generator().manual_seed(11)
+    mag = torch.exp2(torch.randint(-12, 12, (13, 2, 1), generator=g).float())
+    x = (torch.randn(13, 2, spec.block_size, generator=g) * mag).reshape(13, 2 * spec.block_size).to(torch.bfloat16)
+    gs = None if spec.is_mx else hf.nvfp4_global_scale(x.float().abs().amax()).reshape(1)
+    want = hf.quantize(x, fmt, global_scale=gs)
+    for bpp, tpp in ((1, 3), (2, 4), (4, 2), (32, 1)):  # 26 blocks: every split has a partial last program
+        where = f"{fmt} blocks/tile={bpp} tiles/program={tpp}"
+        codes, scales = launch.quantize(x, gs, fmt, "floor", "rne", False, tile_elems=bpp * spec.block_size,
+                                        tiles_per_program=tpp)
+        assert torch.equal(codes, want.codes) and torch.equal(scales, want.scales), where
+        if spec.is_fp4:
+            packed, scales = launch.quantize(x, gs, fmt, "floor", "rne", True, tile_elems=bpp * spec.block_size,
+                                             tiles_per_program=tpp)
+            assert torch.equal(packed, hf.pack_fp4(want.codes)) and torch.equal(scales, want.scales), where

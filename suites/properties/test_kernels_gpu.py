@@ -181,3 +181,23 @@ def test_offsets_past_int32():
     for sl in (head, tail):
         qs = hf.QuantizedTensor(codes=q.codes[sl].cpu(), scales=q.scales[sl].cpu(), global_scale=None, fmt="mxfp8_e4m3")
         assert_bitwise_equal(d[sl].cpu(), hf.dequantize(qs, torch.bfloat16), f"dequantize {sl}")
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "mxfp8_e4m3"])
+def test_quantize_launch_shapes_gpu(fmt):
+    """Compiled quantize kernels at several tiles x tiles-per-program (the
+    prefetching loop), each over a ragged tail: bytes equal the reference."""
+    from harness.kernels import launch
+
+    spec = hf.FORMATS[fmt]
+    x = _spread_tensor(fmt, torch.bfloat16, rows=333, seed=4)
+    gs = None if spec.is_mx else hf.nvfp4_global_scale(x.float().abs().amax()).reshape(1)
+    want = hf.quantize(x, fmt, global_scale=gs)
+    xd, gsd = x.to(DEV), None if gs is None else gs.to(DEV)
+    for tile_blocks, tpp in ((128, 2), (64, 4), (256, 3), (32, 1)):
+        kw = dict(tile_elems=tile_blocks * spec.block_size, tiles_per_program=tpp)
+        codes, scales = launch.quantize(xd, gsd, fmt, "floor", "rne", False, **kw)
+        assert torch.equal(codes.cpu(), want.codes) and torch.equal(scales.cpu(), want.scales), (fmt, kw)
+        if spec.is_fp4:
+            packed, scales = launch.quantize(xd, gsd, fmt, "floor", "rne", True, **kw)
+            assert torch.equal(packed.cpu(), hf.pack_fp4(want.codes)) and torch.equal(scales.cpu(), want.scales), kw

@@ -144,3 +144,46 @@ def test_gpu_conversion_and_weight_creation_every_backend():
 
 def test_fused_large_offsets_gpu():
     assert mc.check_fused_large_offsets("cuda")["max_offset"] > 2**31
+
+
+def test_fused_silu_and_mul_is_bitwise_torch():
+    """The fused backend's one-pass silu_and_mul gives torch's bits exactly:
+    random rows over a wide exponent range plus the edges (+-0, +-Inf, NaN,
+    exp overflow at large negative gates, subnormals, float32 max)."""
+    from harness.moe import activations, fused_act
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(7)
+    P, inter = 257, 1536
+    h = torch.randn(P, 2 * inter, generator=g, device=dev)
+    h *= torch.exp2(torch.randint(-30, 30, (P, 2 * inter), generator=g, device=dev).float())
+    edge = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), -100.0, -88.8, 88.8, 1e-40, -1e-40,
+                         3.4e38, -3.4e38, 1e-45, 20.0, -20.0, 0.5], device=dev)
+    h[0, : edge.numel()] = edge
+    h[1, inter: inter + edge.numel()] = edge
+    h[2, : edge.numel()] = edge
+    h[2, inter: inter + edge.numel()] = edge.flip(0)
+    want = activations.silu_and_mul(h)
+    got = fused_act.silu_and_mul(h)
+    same = (got.view(torch.int32) == want.view(torch.int32)) | (got.isnan() & want.isnan())
+    assert bool(same.all()), f"{int((~same).sum())} of {same.numel()} elements differ, first at {(~same).nonzero()[:3].tolist()}"
+    compiled = torch.compile(fused_act.silu_and_mul, fullgraph=True)
+    assert torch.equal(compiled(h[:8]).view(torch.int32), got[:8].view(torch.int32))
+
+
+def test_fused_scale_to_bf16_is_bitwise_torch():
+    """nvfp4's x * gs_a rounded to bf16 in one pass == (x * g).to(bfloat16),
+    over a wide exponent range, signed zeros, subnormals, bf16 overflow and
+    ties of the bf16 rounding (NaN payloads are not compared)."""
+    from harness.moe import fused_act
+
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(9)
+    x = torch.randn(1000, 333, generator=gen, device=dev)
+    x *= torch.exp2(torch.randint(-140, 120, x.shape, generator=gen, device=dev).float())
+    x[0, :6] = torch.tensor([0.0, -0.0, 3.3e38, -1e-45, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8], device=dev)
+    for g in (1.0, 448.0 * 6 / 3.1, 2.0 ** -20, 1e30):
+        gt = torch.tensor(g, device=dev)
+        want = (x * gt).to(torch.bfloat16)
+        got = fused_act.scale_to_bf16(x, gt)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), g

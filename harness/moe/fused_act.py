@@ -1,0 +1,97 @@
+"""One-pass elementwise helpers of the fused backend on CUDA (Triton), each
+bit for bit the torch ops it replaces, so the fused and unfused paths still
+share every value outside the GEMMs (contract (3) in fused.py).
+
+silu_and_mul (activations.silu_and_mul on float32): ATen's CUDA silu is
+x / (1 + expf(-x)) in float32 with IEEE division (ATen is built without fast
+math), materialised, then one float32 multiply by `up`. Here: libdevice's
+expf (the CUDA math library's expf, which ATen's compiles to), div_rn, no FMA
+contraction; one read of h and one write instead of two kernels and an
+intermediate (0.5 ms of a Mixtral T=4096 forward).
+
+scale_to_bf16 ((x * g).to(bfloat16), nvfp4's x * gs_a before the bf16 GEMM):
+torch runs it as two passes, or as one slow mixed-dtype pass with out=.
+
+suites/properties/test_moe_gpu.py compares the bits with torch on the device,
+edge values included (+-0, +-Inf, NaN, exp overflow, subnormals, bf16 ties).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 1024
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel():
+    from triton.language.extra import libdevice  # noqa: PLC0415
+
+    @triton.jit
+    def silu_and_mul_kernel(h_ptr, out_ptr, inter, stride_h, stride_o, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        m = cols < inter
+        gate = tl.load(h_ptr + row * stride_h + cols, mask=m, other=0.0)
+        up = tl.load(h_ptr + row * stride_h + inter + cols, mask=m, other=0.0)
+        silu = tl.math.div_rn(gate, 1.0 + libdevice.exp(-gate))
+        tl.store(out_ptr + row * stride_o + cols, silu * up, mask=m)
+
+    return silu_and_mul_kernel
+
+
+def silu_and_mul(h: torch.Tensor) -> torch.Tensor:
+    """h [P, 2I] float32 on CUDA (gate then up) -> silu(gate) * up [P, I].
+    A torch.library custom op, opaque to torch.compile (as moe_gemm)."""
+    if h.device.type != "cuda" or h.dtype != torch.float32 or h.dim() != 2:
+        raise ValueError(f"fused silu_and_mul takes a 2-D float32 CUDA tensor, got {h.dtype} {tuple(h.shape)} "
+                         f"on {h.device}")
+    return _silu_and_mul_op(h)
+
+
+@torch.library.custom_op("moe_harness::silu_and_mul", mutates_args=())
+def _silu_and_mul_op(h: torch.Tensor) -> torch.Tensor:
+    P, two_i = h.shape
+    inter = two_i // 2
+    if h.stride(1) != 1:
+        h = h.contiguous()
+    out = torch.empty(P, inter, dtype=torch.float32, device=h.device)
+    if P == 0 or inter == 0:
+        return out
+    grid = (P, triton.cdiv(inter, BLOCK))
+    _kernel()[grid](h, out, inter, h.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4, enable_fp_fusion=False)
+    return out
+
+
+@_silu_and_mul_op.register_fake
+def _silu_and_mul_fake(h):
+    return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=torch.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def _scale_kernel():
+    @triton.jit
+    def scale_to_bf16_kernel(x_ptr, g_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m, other=0.0)
+        tl.store(out_ptr + offs, (x * tl.load(g_ptr)).to(tl.bfloat16), mask=m)
+
+    return scale_to_bf16_kernel
+
+
+def scale_to_bf16(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """(x * g).to(bfloat16) in one pass, x float32 contiguous on CUDA, g a
+    float32 scalar tensor: the float32 product, then round-to-nearest-even,
+    the bits of the two torch ops (NaN payloads aside), without the float32
+    intermediate (nvfp4's x * gs_a before the bf16 GEMM)."""
+    x = x.contiguous()
+    out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    n = x.numel()
+    if n:
+        grid = (triton.cdiv(n, 4096),)
+        _scale_kernel()[grid](x, g.reshape(1), out, n, BLOCK=4096, num_warps=8, enable_fp_fusion=False)
+    return out
