@@ -142,3 +142,26 @@ def test_fused_modes_share_operands(problem):
         assert ((y - yu).abs().double() <= bound).all()
     with pytest.raises(ValueError):
         hm.fused.moe_gemm(xs, ids, fw, mode="nope")
+
+
+@pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8"])
+def test_fused_gemm_tiles_that_do_not_divide(scheme):
+    """N and K that the tiles do not divide take the masked loads (EVEN_NK off,
+    chosen automatically), shapes that they divide the unmasked ones: both
+    within the GEMM contract, and masked == unmasked bitwise where both apply."""
+    g = torch.Generator().manual_seed(3)
+    E, N, K_ = 3, 48, 96  # BLOCK_N 32 / BLOCK_K 64 leave partial tiles in both
+    w = torch.randn(E, N, K_, generator=g) * 0.1
+    q, gs = hm.quantize_expert_weights(w, scheme)
+    fw = hm.fused.FusedWeights.from_quantized(q, gs)
+    deq = hm.ops.dequantize_expert_weights(q, gs, backend="torch")
+    x = torch.randn(10, K_, generator=g)
+    ids = torch.randint(0, E, (10,), generator=g)
+    yu = hm.experts._grouped_gemm_unfused(x, ids, deq)
+    bound = hm.fused.gemm_error_bound(x, ids, deq)
+    ragged = hm.fused.moe_gemm(x, ids, fw, config=dict(BLOCK_N=32, BLOCK_K=64))
+    assert ((ragged - yu).abs().double() <= bound).all()
+    even = hm.fused.moe_gemm(x, ids, fw, config=dict(BLOCK_N=16, BLOCK_K=32))
+    masked = hm.fused.moe_gemm(x, ids, fw, config=dict(BLOCK_N=16, BLOCK_K=32, EVEN_NK=False))
+    assert ((even - yu).abs().double() <= bound).all()
+    assert torch.equal(even.view(torch.int32), masked.view(torch.int32))
