@@ -134,6 +134,9 @@ class MoEEmuLM(TemplateLM):
         return {
             "model_dir": self.model_dir, "scheme": self.scheme, "backend": self.backend_name,
             "device": str(self._device), "dtype": str(self.model.dtype),
+            # which CPU kernels summed the float32 GEMMs (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS)
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkl_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS", "auto"),
             "moe_blocks": len(self.swapper.specs), "family": self.swapper.specs[0].family,
             "emulation": builder_source(self.build_fn),
             "calibration": {k: v for k, v in self.calibration_info.items() if k != "amax"},

@@ -60,10 +60,13 @@ def one_sided(task: str, metric: str, measured: float | None, value: float | Non
         bound = value * (1 - rtol)
         ok = measured >= bound
         rule = "measured >= value*(1-rtol)"
+    # ratio: the gate passes iff ratio <= 1 (how close the measurement came to failing)
+    ratio = (measured / bound if bound else math.inf) if _lower_is_better(metric) else \
+        (bound / measured if measured else math.inf)
     return GateResult("one_sided", name, bool(ok), {"measured": measured, "value": value, "rtol": rtol,
                                                     "bound": bound, "rule": rule,
                                                     "margin": (measured - bound) if not _lower_is_better(metric)
-                                                    else (bound - measured)})
+                                                    else (bound - measured), "ratio": ratio})
 
 
 def mcnemar_one_sided_p(b: int, c: int) -> float:
@@ -117,13 +120,21 @@ def paired(task: str, metric: str, base: list, scheme: list, *, allowance: float
         "drop": drop, "discordant_base_only": b, "discordant_scheme_only": c,
         "mcnemar_p_one_sided": p, "drop_ci_low": lo, "drop_ci_high": hi, "confidence": confidence,
         "allowance": allowance, "method": method, "resamples": resamples, "seed": seed, "rule": rule,
+        "ratio": _ratio(lo if method == "bootstrap" else drop, allowance),
     })
+
+
+def _ratio(measured: float, threshold: float) -> float:
+    """measured / threshold for a gate that passes iff measured <= threshold."""
+    if threshold > 0:
+        return measured / threshold
+    return 0.0 if measured <= 0 else math.inf
 
 
 def kl_gate(task: str, mean_kl: float, threshold: float, n_tokens: int, extra: dict | None = None) -> GateResult:
     ok = mean_kl <= threshold
     details = {"mean_kl": mean_kl, "threshold": threshold, "n_tokens": n_tokens,
-               "ratio_to_threshold": (mean_kl / threshold) if threshold > 0 else math.inf,
+               "ratio_to_threshold": _ratio(mean_kl, threshold), "ratio": _ratio(mean_kl, threshold),
                "rule": "mean per-token KL(reference || scheme) <= threshold"}
     details.update(extra or {})
     return GateResult("kl", f"{task}:kl", bool(ok), details)

@@ -37,7 +37,8 @@ def mean_token_kl(lm, texts: list[str], baseline: str, scheme: str, batch_docs: 
     if cache is None:
         cache = lm._kl_baseline_cache = {}
     key = (baseline, batch_docs, hashlib.sha256(repr(rows).encode()).hexdigest())
-    cacheable = n_tokens * vocab <= CACHE_LIMIT_ELEMENTS
+    # oracle baselines are not cached: their certification counts come from the run
+    cacheable = n_tokens * vocab <= CACHE_LIMIT_ELEMENTS and not baseline.startswith("oracle:")
     total, count, worst = 0.0, 0, 0.0
     per_doc_means = []
     try:

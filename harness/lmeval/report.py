@@ -37,8 +37,8 @@ def summary_markdown(title: str, results: list[dict]) -> str:
     n_skip = sum(1 for r in results if r.get("skipped"))
     lines += [f"**{n_fail} failed**, {len(results) - n_fail - n_skip} passed, {n_skip} skipped", ""]
     lines += ["| run | scheme | status | metrics (scheme / baseline / expected) | paired drop [CI] | KL vs baseline (max) "
-              "| KL vs float64 reference (max) |",
-              "|---|---|---|---|---|---|---|"]
+              "| KL vs float64 reference (max) | closest gate (measured / threshold, passes <= 1) |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         d = r.get("details", {})
         status = "skipped" if r.get("skipped") else ("passed" if r.get("passed") else "**FAILED**")
@@ -52,8 +52,11 @@ def summary_markdown(title: str, results: list[dict]) -> str:
             kl = [g for g in d.get("gates", []) if g["gate"] == gate]
             kls.append(f"{kl[0]['details'].get('mean_kl', math.nan):.4g} ({_f(kl[0]['details'].get('threshold'))})"
                        if kl else "")
+        ratios = {k: v for k, v in (d.get("gate_ratios") or {}).items() if v is not None}
+        closest = max(ratios.items(), key=lambda kv: kv[1]) if ratios else None
+        close = f"{closest[1]:.3g} ({closest[0]})" if closest else ""
         lines.append(f"| {r['name']} | {d.get('scheme', '')} | {status} | {mets or r.get('message', '')} | {paired} "
-                     f"| {kls[0]} | {kls[1]} |")
+                     f"| {kls[0]} | {kls[1]} | {close} |")
     lines.append("")
     for r in results:
         if not r.get("passed") or r.get("skipped"):

@@ -15,6 +15,8 @@ every GEMM-input QDQ of every scheme goes through the wrapper.
   dynamic per-tensor global scale (2688 / amax of the already-QDQ'd tensor).
 - act_gscale_reciprocal: the decode/encode convention mix-up (checkpoint
   loaders): the activation global scale used as 1/gs.
+- a2_qdq_skipped: the second GEMM's input is not quantized (a refactor that
+  drops the a2 QDQ); relies on the experts' call order a1, a2 per forward.
 """
 
 from __future__ import annotations
@@ -75,6 +77,19 @@ def act_gscale_reciprocal():
     return _patched(factory)
 
 
+def a2_qdq_skipped():
+    def factory(orig):
+        calls = {"n": 0}
+
+        def skip_second(A, A_scale, quant_dtype, **kw):
+            calls["n"] += 1
+            if calls["n"] % 2 == 0:  # a1, a2, a1, a2, ...: every second call is a2
+                return A, None
+            return orig(A, A_scale, quant_dtype, **kw)
+        return skip_second
+    return _patched(factory)
+
+
 @contextlib.contextmanager
 def no_fault():
     yield
@@ -86,4 +101,20 @@ FAULTS = {
     "double_qdq_second_scale_missing": double_qdq_second_scale_missing,
     "double_qdq_second_scale_dynamic": double_qdq_second_scale_dynamic,
     "act_gscale_reciprocal": act_gscale_reciprocal,
+    "a2_qdq_skipped": a2_qdq_skipped,
 }
+
+
+def changes_numerics(fault: str, scheme: str) -> bool:
+    """Whether `fault` changes what `scheme` computes, i.e. a gate must catch it.
+    double_qdq_same_scale is a bitwise no-op everywhere (test_double_quant.py);
+    the scale faults act on the encode-side activation global scale (nvfp4);
+    nothing acts on a weight-only scheme's activations."""
+    from harness.moe.schemes import get_scheme
+
+    s = get_scheme(scheme)
+    if fault == "none" or fault == "double_qdq_same_scale" or s.act_fmt is None:
+        return False
+    if fault == "a2_qdq_skipped":
+        return True
+    return bool(s.needs_act_gscale)
