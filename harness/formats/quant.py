@@ -148,10 +148,10 @@ def quantize(x: torch.Tensor, fmt, scale_mode: str = "floor", rounding: str = "r
     )
 
 
-def _block_multipliers(spec: FormatSpec, scale_bytes_: torch.Tensor, gs, lead_shape) -> torch.Tensor:
+def _block_multipliers(spec: FormatSpec, byte: torch.Tensor, gs, lead_shape) -> torch.Tensor:
     if spec.is_mx:
-        return scales.e8m0_to_float(scale_bytes_)
-    s = scales.e4m3_decode(scale_bytes_)
+        return scales.e8m0_to_float(byte)
+    s = scales.e4m3_decode(byte)
     return s / _global_scale_blocks(gs, lead_shape, s.device).squeeze(-1)
 
 

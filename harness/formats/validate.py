@@ -35,7 +35,7 @@ def check_code_range(codes: torch.Tensor, fmt, packed: bool = False, what: str =
         return
     top = int(codes.max())
     if top >> width:
-        raise ValueError(f"{spec.name}: {what} hold element code 0x{top:02X}, out of range for "
+        raise ValueError(f"{spec.name}: element code 0x{top:02X} in {what} is out of range for "
                          f"{width}-bit {spec.element.name} codes (0x00..0x{(1 << width) - 1:02X}, one per byte)")
 
 
@@ -66,7 +66,7 @@ def as_global_scale(value, device: torch.device, what: str = "global_scale",
     if isinstance(value, torch.Tensor):
         t = value.to(_F32)
         if t.device != device and t.device.type != "cpu":
-            raise ValueError(f"{what} is on {t.device}, the data on {device}; put it on {device} (or the CPU)")
+            raise ValueError(f"{what} is on {t.device} but the data is on {device}; it must be on the data's device or the CPU")
         if values_readable(t, read_values):
             check_global_scale_values(t, what)
         return t.to(device)
