@@ -89,6 +89,9 @@ def check_global_scale_shape(gs_shape, lead_shape, what: str = "global_scale") -
 
 
 def check_scales_shape(spec: FormatSpec, codes_shape, scales_shape) -> None:
+    if len(codes_shape) and codes_shape[-1] % spec.block_size:
+        raise ValueError(f"{spec.name}: codes shape {tuple(codes_shape)}: last dimension is not a multiple of "
+                         f"the block size {spec.block_size}")
     nb = codes_shape[-1] // spec.block_size if len(codes_shape) else 0
     want = tuple(codes_shape[:-1]) + (nb,)
     if not len(codes_shape) or tuple(scales_shape) != want:

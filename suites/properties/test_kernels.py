@@ -337,6 +337,7 @@ def _bad_dequantize_inputs():
     qm = hf.quantize(torch.randn(2, 64, generator=g), "mxfp4")
     cases.append(("mx with a global scale", hf.QuantizedTensor(qm.codes, qm.scales, torch.tensor(2.0), "mxfp4")))
     cases.append(("scales shape", hf.QuantizedTensor(qm.codes, qm.scales[:, :1], None, "mxfp4")))
+    cases.append(("K not a multiple of the block", hf.QuantizedTensor(qm.codes[:, :33], qm.scales[:, :1], None, "mxfp4")))
     return cases
 
 
@@ -414,8 +415,10 @@ def test_value_checks_read_no_device_tensor():
     meta = torch.device("meta")
     bad_codes = torch.full((2, 32), 0xFF, dtype=torch.uint8, device=meta)
     scales, zero = q.scales.to(meta), torch.zeros((), device=meta)
+    want = hf.dequantize(q)  # (fills the decode-table caches outside the block)
     with no_host_work():
         hf.dequantize_inputs(bad_codes, scales, zero, "nvfp4")
-        hf.dequantize_inputs(q.codes, q.scales, q.global_scale, "nvfp4", read_values=False)
+        got = hf.dequantize_without_value_checks(q)  # the MoE forward's path
+        assert torch.equal(got, want)
         with pytest.raises(HostWorkInForward):  # a CPU tensor is read by default
             hf.dequantize_inputs(q.codes, q.scales, q.global_scale, "nvfp4")
