@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import struct
 
 import torch
 
@@ -38,11 +39,19 @@ def _as_f32(value, what: str) -> torch.Tensor:
     return torch.tensor(float(value), dtype=_F32)
 
 
+def _to_float32(v: float) -> float:
+    """Round a Python float to float32 (nearest even) without making a tensor."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", v))[0]
+    except OverflowError:
+        return math.copysign(math.inf, v)
+
+
 def check_global_scale_values(gs, what: str = "global_scale") -> None:
     """ValueError unless every value is finite and > 0 (reads a tensor on
     the host: callers decide when that is allowed, see host.py)."""
     if not isinstance(gs, torch.Tensor):
-        v = float(gs)
+        v = _to_float32(float(gs))  # the value the float32 scale will hold
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{what} must be finite and > 0, got [{v}]")
         return

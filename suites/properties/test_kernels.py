@@ -353,6 +353,7 @@ def test_dequantize_bad_input_same_on_reference_and_kernels(label, q):
 
 
 @pytest.mark.parametrize("label,gs", [("0", 0.0), ("str", "2.0"), ("list", [1.0]), ("shape", torch.ones(3)),
+                                      ("0 in float32", 1e-50), ("inf in float32", 1e300),
                                       ("meta", torch.ones((), device="meta")), ("bool", True)])
 def test_quantize_bad_global_scale_same_on_reference_and_kernels(label, gs):
     x = torch.randn(2, 32)
