@@ -2,8 +2,8 @@
 
 Every consumer (reference, kernels, MoE loaders) reads codes and scales as
 raw bytes through `code_bytes` / `scale_bytes`: a float8 tensor is viewed bit
-for bit, never converted by value (2^-127 read as the value 0.0 of a uint8
-would silently zero a whole block). Accepted:
+for bit, never converted by value (an E8M0 scale 0.5 read by value is index
+0, i.e. 2^-127: the -1.17e-38 where -1.0 is right of issue 11). Accepted:
 
     scales  uint8, or the float8 dtype of the format's scale kind:
             float8_e8m0fnu (E8M0, MX formats), float8_e4m3fn (E4M3, nvfp4)
