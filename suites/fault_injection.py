@@ -36,8 +36,8 @@ FAULTS = [
      "sign = (v.view(torch.int32) < 0)", "sign = (v < 0)",
      [P + "test_formats_special.py::test_signed_zero_kept", P + "test_formats_qdq.py::test_sign_symmetry"]),
     ("nvfp4 dequant (e2m1*s)/gs", "harness/formats/quant.py",
-     "    out = vals * block_scale_values(q).unsqueeze(-1)",
-     "    out = vals * block_scale_values(q).unsqueeze(-1)\n    if not spec.is_mx:\n        out = (vals * scales.e4m3_decode(q.scales).unsqueeze(-1)) / (q.global_scale.reshape(-1, 1, 1) if q.global_scale.dim() else q.global_scale)",
+     "    out = vals * _block_multipliers(spec, byte, gs, codes.shape[:-1]).unsqueeze(-1)",
+     "    out = vals * _block_multipliers(spec, byte, gs, codes.shape[:-1]).unsqueeze(-1)\n    if not spec.is_mx:\n        out = (vals * scales.e4m3_decode(byte).unsqueeze(-1)) / (gs.reshape(-1, 1, 1) if gs.dim() else gs)",
      [P + "test_formats_special.py::test_nvfp4_operation_order", P + "test_formats_oracles.py::test_matches_vllm_nvfp4_emulation"]),
     ("E8M0 byte not clamped below 0 (wraps)", "harness/formats/scales.py",
      "byte = torch.clamp(shared + E8M0_BIAS, 0, E8M0_MAX_BYTE)", "byte = torch.clamp(shared + E8M0_BIAS, -255, E8M0_MAX_BYTE)",
@@ -87,6 +87,44 @@ FAULTS += [
     ("fused MoE GEMM: unmasked loads on tiles that do not divide N, K", "harness/moe/fused.py",
      'cfg.setdefault("EVEN_NK", fw.N % cfg["BLOCK_N"] == 0 and K % cfg["BLOCK_K"] == 0)',
      'cfg.setdefault("EVEN_NK", True)', [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide"]),
+]
+
+# Storage dtypes and bad input (issue 11): reference and kernels share
+# harness/formats/storage.py and validate.py.
+ST = P + "test_formats_storage.py"
+KB = P + "test_kernels.py::test_dequantize_bad_input_same_on_reference_and_kernels"
+FAULTS += [
+    ("storage: float8 scales/codes read by value", "harness/formats/storage.py",
+     "        return t.view(torch.uint8)", "        return t.to(torch.uint8)",
+     [ST + "::test_issue_11_repro", ST + "::test_kernels_read_storage_bit_for_bit", ST + "::test_ocp_mx_loader_reads_storage"]),
+    ("storage: any 1-byte dtype accepted (wrong float8 kind)", "harness/formats/storage.py",
+     "    if t.dtype in accepted:", "    if t.element_size() == 1:", [ST + "::test_refused_scale_dtypes"]),
+    ("storage: QuantizedTensor keeps float8 fields", "harness/formats/quant.py",
+     "        self.codes = code_bytes(self.codes, self.fmt)\n        self.scales = scale_bytes(self.scales, self.fmt)",
+     "        pass", [ST + "::test_qdq_error_bound_and_moe_weight_paths_read_storage"]),
+    ("bad input: kernel dequantize skips the shared checks", "harness/kernels/api.py",
+     "    codes, scales, gs = dequantize_inputs(q.codes, q.scales, q.global_scale, spec)",
+     "    codes, scales, gs = q.codes, q.scales, (q.global_scale if not spec.is_mx else None)", [KB]),
+    ("bad input: code range never checked", "harness/formats/validate.py",
+     "    if packed or width >= 8 or", "    if True or", [KB, ST + "::test_loaders_refuse_out_of_range_codes"]),
+    ("bad input: reference decode reads high code bits", "harness/formats/minifloat.py",
+     "    if spec.width < 8:\n        codes = codes & ((1 << spec.width) - 1)\n", "",
+     [P + "test_kernels.py::test_without_value_reads_reference_and_kernels_give_the_same_bits"]),
+    ("bad input: dequantize does not check the global scale value", "harness/formats/validate.py",
+     "    gs = as_global_scale(global_scale, codes.device, read_values=read_values)",
+     "    gs = as_global_scale(global_scale, codes.device, read_values=False)", [KB]),
+    ("bad input: global scale shape not checked", "harness/formats/validate.py",
+     "any(g not in (1, n) for g, n in zip(aligned, lead))", "False", [KB]),
+    ("bad input: codes and scales on different devices accepted", "harness/formats/validate.py",
+     "    check_same_device(spec, codes=codes, scales=scales)\n", "", [KB]),
+    ("bad input: global scale of any type", "harness/formats/global_scale.py",
+     "    if isinstance(value, torch.Tensor):\n        if value.dtype == torch.bool",
+     "    return\n    if isinstance(value, torch.Tensor):\n        if value.dtype == torch.bool",
+     [KB, P + "test_kernels.py::test_quantize_bad_global_scale_same_on_reference_and_kernels"]),
+    ("capture safety: hot-path dequantize reads values", "harness/formats/quant.py",
+     "dequantize_inputs(q.codes, q.scales, q.global_scale, q.fmt, read_values=False)",
+     "dequantize_inputs(q.codes, q.scales, q.global_scale, q.fmt, read_values=None)",
+     [P + "test_moe_structure.py::test_no_host_work_in_forward", P + "test_kernels.py::test_value_checks_read_no_device_tensor"]),
 ]
 
 

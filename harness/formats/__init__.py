@@ -3,6 +3,8 @@ fp4 packing and the torch reference quantize / dequantize. Imports nothing
 else of the project."""
 from .global_scale import (
     check_global_scale,
+    check_global_scale_kind,
+    check_global_scale_values,
     global_scale_from_compressed_tensors,
     global_scale_from_modelopt,
     global_scale_to_modelopt,
@@ -10,8 +12,25 @@ from .global_scale import (
 )
 from .minifloat import decode_lut, decode_value
 from .packing import pack_fp4, unpack_fp4
-from .quant import FLOAT_DTYPES, QuantizedTensor, block_scale_values, dequantize, qdq, quantize
+from .quant import (
+    FLOAT_DTYPES,
+    QuantizedTensor,
+    block_scale_values,
+    dequantize,
+    dequantize_without_value_checks,
+    qdq,
+    quantize,
+)
 from .scales import e8m0_to_float, mx_scale_byte, mx_shared_exponent
+from .storage import code_bytes, code_dtypes, scale_bytes, scale_dtypes
+from .validate import (
+    as_global_scale,
+    check_code_range,
+    check_codes,
+    check_global_scale_shape,
+    check_same_device,
+    dequantize_inputs,
+)
 from .spec import (
     E2M1,
     E2M3,

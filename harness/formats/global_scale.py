@@ -8,30 +8,68 @@ named function here.
 """
 from __future__ import annotations
 
+import math
+import numbers
+import struct
+
 import torch
 
+from .host import values_readable
 from .spec import NVFP4_GS_NUMERATOR
 
 _F32 = torch.float32
 
 
+def check_global_scale_kind(value, what: str = "global_scale") -> None:
+    """ValueError unless value is a real number or a real tensor: a string, a
+    list, a bool or a complex is refused, so every entry point accepts the
+    same things."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bool or value.is_complex():
+            raise ValueError(f"{what} must be a real tensor, got dtype {value.dtype}")
+        return
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise ValueError(f"{what} must be a real number or a torch.Tensor, got {type(value).__name__} {value!r:.60}")
+
+
 def _as_f32(value, what: str) -> torch.Tensor:
-    t = torch.as_tensor(value, dtype=_F32) if not isinstance(value, torch.Tensor) else value.to(_F32)
-    return t
+    check_global_scale_kind(value, what)
+    if isinstance(value, torch.Tensor):
+        return value.to(_F32)
+    return torch.tensor(float(value), dtype=_F32)
+
+
+def _to_float32(v: float) -> float:
+    """Round a Python float to float32 (nearest even) without making a tensor."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", v))[0]
+    except OverflowError:
+        return math.copysign(math.inf, v)
+
+
+def check_global_scale_values(gs, what: str = "global_scale") -> None:
+    """ValueError unless every value is finite and > 0 (reads a tensor on
+    the host: callers decide when that is allowed, see host.py)."""
+    if not isinstance(gs, torch.Tensor):
+        v = _to_float32(float(gs))  # the value the float32 scale will hold
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{what} must be finite and > 0, got [{v}]")
+        return
+    t = gs.detach().to("cpu", _F32)
+    bad = ~(torch.isfinite(t) & (t > 0))
+    if bool(bad.any()):
+        raise ValueError(f"{what} must be finite and > 0, got {t[bad].flatten()[:4].tolist()}")
 
 
 def check_global_scale(gs, what: str = "global_scale") -> torch.Tensor:
     """float32 tensor of a positive finite scale; ValueError naming the problem.
 
-    The check reads values on the host, so it runs for Python numbers and CPU
-    tensors only: reading a device tensor would synchronize the stream on every
-    call (and is forbidden during CUDA graph capture). Device-resident scales
-    are checked where they are made (on the host, before they move)."""
+    Values are read only where they are on the host (harness.formats.host):
+    Python numbers and CPU tensors. Device-resident scales are checked where
+    they are made (on the host, before they move)."""
     t = _as_f32(gs, what)
-    if t.is_floating_point() and t.device.type == "cpu":
-        bad = ~(torch.isfinite(t) & (t > 0))
-        if bool(bad.any()):
-            raise ValueError(f"{what} must be finite and > 0, got {t[bad].flatten()[:4].tolist()}")
+    if values_readable(t):
+        check_global_scale_values(t, what)
     return t
 
 

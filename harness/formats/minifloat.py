@@ -51,7 +51,12 @@ def decode_lut(spec: ElementSpec, device=None) -> torch.Tensor:
 
 
 def decode(spec: ElementSpec, codes: torch.Tensor) -> torch.Tensor:
-    """uint8 codes -> float32 values."""
+    """uint8 codes -> float32 values. Only the low `width` bits are read, as
+    the kernels' bit decoders do: where a wider code was not refused (device
+    tensors on hot paths, see validate.py) both give the same value, and a
+    table lookup never indexes out of bounds on a device."""
+    if spec.width < 8:
+        codes = codes & ((1 << spec.width) - 1)
     return decode_lut(spec, codes.device)[codes.long()]
 
 

@@ -11,7 +11,8 @@ from typing import Optional
 import torch
 
 from . import minifloat, scales
-from .global_scale import check_global_scale
+from .storage import code_bytes, scale_bytes
+from .validate import as_global_scale, check_global_scale_shape, dequantize_inputs
 from .spec import (
     E8M0_NAN,
     NVFP4_ELEM_MAX,
@@ -28,13 +29,19 @@ _ONE_SIXTH = torch.tensor(1.0 / 6.0, dtype=torch.float32).item()  # fl32(1/6), a
 
 @dataclass
 class QuantizedTensor:
-    codes: torch.Tensor  # uint8 [..., K]
-    scales: torch.Tensor  # uint8 [..., K // block]
+    codes: torch.Tensor  # uint8 [..., K] (a float8 storage dtype is viewed as uint8, storage.py)
+    scales: torch.Tensor  # uint8 [..., K // block] (likewise)
     global_scale: Optional[torch.Tensor]  # float32, nvfp4 only (encode side)
     fmt: str
     scale_mode: str = "floor"
     rounding: str = "rne"
     dtype: torch.dtype = torch.float32  # dtype of the quantized input
+
+    def __post_init__(self):
+        # Fields are uint8 bytes for every consumer; float8 storage is viewed
+        # bit for bit, any other dtype refused (ValueError).
+        self.codes = code_bytes(self.codes, self.fmt)
+        self.scales = scale_bytes(self.scales, self.fmt)
 
     @property
     def spec(self) -> FormatSpec:
@@ -79,10 +86,7 @@ def _global_scale_blocks(gs: torch.Tensor, lead_shape, device) -> torch.Tensor:
     """Global scale broadcast to [..., nblocks, 1]: a scalar, or a tensor
     broadcastable to the leading dims (e.g. one per expert, shape [E, 1])."""
     gs = gs.to(device=device, dtype=torch.float32)
-    while gs.dim() > len(lead_shape):
-        if gs.shape[-1] != 1:
-            raise ValueError(f"global_scale of shape {tuple(gs.shape)} does not broadcast to {tuple(lead_shape)}")
-        gs = gs.squeeze(-1)
+    gs = gs.reshape(check_global_scale_shape(gs.shape, lead_shape))
     return gs.reshape(*gs.shape, 1, 1) if gs.dim() else gs
 
 
@@ -130,7 +134,7 @@ def quantize(x: torch.Tensor, fmt, scale_mode: str = "floor", rounding: str = "r
     if spec.is_mx:
         codes, byte = _quantize_mx(xb, spec, scale_mode, rounding)
     else:
-        gs_t = check_global_scale(1.0 if global_scale is None else global_scale).to(x.device)
+        gs_t = as_global_scale(1.0 if global_scale is None else global_scale, x.device)
         gsb = _global_scale_blocks(gs_t, x.shape[:-1], x.device)
         codes, byte = _quantize_nvfp4(xb, spec, gsb, rounding)
     return QuantizedTensor(
@@ -144,34 +148,48 @@ def quantize(x: torch.Tensor, fmt, scale_mode: str = "floor", rounding: str = "r
     )
 
 
+def _block_multipliers(spec: FormatSpec, byte: torch.Tensor, gs, lead_shape) -> torch.Tensor:
+    if spec.is_mx:
+        return scales.e8m0_to_float(byte)
+    s = scales.e4m3_decode(byte)
+    return s / _global_scale_blocks(gs, lead_shape, s.device).squeeze(-1)
+
+
 def block_scale_values(q: QuantizedTensor) -> torch.Tensor:
     """float32 multiplier per block applied to decoded elements at dequantization:
     2^(byte-127) for MX, fl32(s / gs) for nvfp4."""
-    spec = q.spec
-    if spec.is_mx:
-        return scales.e8m0_to_float(q.scales)
-    s = scales.e4m3_decode(q.scales)
-    gs = q.global_scale if q.global_scale is not None else torch.ones((), device=s.device)
-    gsb = _global_scale_blocks(gs, q.codes.shape[:-1], s.device).squeeze(-1)
-    return s / gsb
+    codes, byte, gs = dequantize_inputs(q.codes, q.scales, q.global_scale, q.fmt)
+    return _block_multipliers(q.spec, byte, gs, codes.shape[:-1])
+
+
+def _check_out_dtype(dtype) -> None:
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"dequantize dtype {dtype} is not supported; expected float32, bfloat16 or float16")
+
+
+def dequantize_without_value_checks(q: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """dequantize for hot paths (MoE forward, CUDA graph capture, inputs made
+    by the quantizer or checked at load): the same checks minus those that
+    read values (validate.py says what then happens to bad values)."""
+    _check_out_dtype(dtype)
+    return _dequantize(q.spec, *dequantize_inputs(q.codes, q.scales, q.global_scale, q.fmt, read_values=False),
+                       dtype)
 
 
 def dequantize(q: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Codes + scales -> values in `dtype` (computed in float32, then cast)."""
-    spec = q.spec
-    if dtype not in FLOAT_DTYPES:
-        raise ValueError(f"dequantize dtype {dtype} is not supported; expected float32, bfloat16 or float16")
-    nb = q.codes.shape[-1] // spec.block_size
-    if tuple(q.scales.shape) != tuple(q.codes.shape[:-1]) + (nb,):
-        raise ValueError(
-            f"{spec.name}: scales shape {tuple(q.scales.shape)} does not match codes shape "
-            f"{tuple(q.codes.shape)} (expected {tuple(q.codes.shape[:-1]) + (nb,)})"
-        )
-    vals = minifloat.decode(spec.element, q.codes).reshape(*q.codes.shape[:-1], nb, spec.block_size)
-    out = vals * block_scale_values(q).unsqueeze(-1)
-    return out.reshape(q.codes.shape).to(dtype)
+    _check_out_dtype(dtype)
+    return _dequantize(q.spec, *dequantize_inputs(q.codes, q.scales, q.global_scale, q.fmt), dtype)
+
+
+def _dequantize(spec: FormatSpec, codes, byte, gs, dtype) -> torch.Tensor:
+    nb = codes.shape[-1] // spec.block_size
+    vals = minifloat.decode(spec.element, codes).reshape(*codes.shape[:-1], nb, spec.block_size)
+    out = vals * _block_multipliers(spec, byte, gs, codes.shape[:-1]).unsqueeze(-1)
+    return out.reshape(codes.shape).to(dtype)
 
 
 def qdq(x: torch.Tensor, fmt, scale_mode: str = "floor", rounding: str = "rne", global_scale=None) -> torch.Tensor:
     """Quantize then dequantize; same dtype and shape as x."""
-    return dequantize(quantize(x, fmt, scale_mode, rounding, global_scale), x.dtype)
+    # The quantizer's own output needs no value check.
+    return dequantize_without_value_checks(quantize(x, fmt, scale_mode, rounding, global_scale), x.dtype)

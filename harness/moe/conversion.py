@@ -36,30 +36,19 @@ class MoEBackend(enum.Enum):
         raise ValueError(f"unknown MoE backend {backend!r}; expected one of {[b.name for b in cls]}")
 
 
-def _scale_bits(scale: torch.Tensor) -> torch.Tensor:
-    """E4M3 block scales as raw uint8 bits (checkpoints store float8_e4m3fn)."""
-    if scale.dtype == torch.uint8:
-        return scale
-    if scale.dtype == getattr(torch, "float8_e4m3fn", None):
-        return scale.view(torch.uint8)
-    raise ValueError(f"nvfp4 block scales must be float8_e4m3fn or uint8 bits, got {scale.dtype}")
-
-
-def unpack_weight(w: torch.Tensor, scales: torch.Tensor, fmt: str) -> torch.Tensor:
+def unpack_weight(w: torch.Tensor, scales: torch.Tensor, fmt: str, what: str = "weights") -> torch.Tensor:
     """Checkpoint weight [E, N, K/2] packed fp4 (low nibble first) or [E, N, K]
-    one code per byte (fp6, fp8 as uint8 or float8_e4m3fn) -> codes [E, N, K]."""
+    one code per byte (fp6; fp8 as uint8 or its own float8 dtype) -> codes
+    [E, N, K]. Codes are range-checked here, at load time, on any device (a
+    one-off sync on a GPU), so the forward can skip the check."""
     spec = hf.get_format(fmt)
     k = scales.shape[-1] * spec.block_size
-    if w.dtype != torch.uint8:
-        if spec.element.width == 8 and w.element_size() == 1:
-            w = w.view(torch.uint8)
-        else:
-            raise ValueError(f"{fmt} weights must be uint8 codes, got {w.dtype}")
+    w = hf.code_bytes(w, spec, what)
     if w.shape[-1] == k:
-        return w
+        return hf.check_codes(w, spec, what=what)
     if spec.is_fp4 and w.shape[-1] * 2 == k:
         return hf.unpack_fp4(w)
-    raise ValueError(f"{fmt}: weight last dim {w.shape[-1]} matches neither K={k} nor packed K/2")
+    raise ValueError(f"{fmt}: {what} last dim {w.shape[-1]} matches neither K={k} nor packed K/2")
 
 
 def _per_expert(v: torch.Tensor, num_experts: int, what: str) -> torch.Tensor:
@@ -99,9 +88,10 @@ def convert_to_nvfp4_moe_kernel_format(layer, w13, w13_scale, w13_scale_2, w2, w
     device = w13.device  # never layer.weight: a MoE layer has only w13/w2
     ops.prepare_device(device)
     num_experts = w13.shape[0]
-    s13, s2 = _scale_bits(w13_scale).to(device), _scale_bits(w2_scale).to(device)
-    c13 = unpack_weight(w13.to(device), s13, "nvfp4")
-    c2 = unpack_weight(w2.to(device), s2, "nvfp4")
+    s13 = hf.scale_bytes(w13_scale, "nvfp4", "w13_weight_scale").to(device)
+    s2 = hf.scale_bytes(w2_scale, "nvfp4", "w2_weight_scale").to(device)
+    c13 = unpack_weight(w13.to(device), s13, "nvfp4", "w13_weight")
+    c2 = unpack_weight(w2.to(device), s2, "nvfp4", "w2_weight")
     g13 = hf.global_scale_from_modelopt(_per_expert(w13_scale_2, num_experts, "w13_weight_scale_2")).to(device)
     g2 = hf.global_scale_from_modelopt(_per_expert(w2_scale_2, num_experts, "w2_weight_scale_2")).to(device)
     q13 = hf.QuantizedTensor(c13, s13, g13.reshape(-1, 1), "nvfp4")
@@ -121,12 +111,12 @@ def convert_to_ocp_mx_moe_kernel_format(layer, w13, w13_scale, w2, w2_scale, bac
     s = get_scheme(scheme)
     device = w13.device
     ops.prepare_device(device)
-    s13 = w13_scale.to(device).view(torch.uint8) if w13_scale.element_size() == 1 else None
-    s2 = w2_scale.to(device).view(torch.uint8) if w2_scale.element_size() == 1 else None
-    if s13 is None or s2 is None:
-        raise ValueError("OCP MX weight scales must be E8M0 bytes (uint8 or float8_e8m0fnu)")
-    q13 = hf.QuantizedTensor(unpack_weight(w13.to(device), s13, s.weight_fmt), s13, None, s.weight_fmt, s.scale_mode)
-    q2 = hf.QuantizedTensor(unpack_weight(w2.to(device), s2, s.weight_fmt), s2, None, s.weight_fmt, s.scale_mode)
+    s13 = hf.scale_bytes(w13_scale, s.weight_fmt, "w13_weight_scale").to(device)
+    s2 = hf.scale_bytes(w2_scale, s.weight_fmt, "w2_weight_scale").to(device)
+    c13 = unpack_weight(w13.to(device), s13, s.weight_fmt, "w13_weight")
+    c2 = unpack_weight(w2.to(device), s2, s.weight_fmt, "w2_weight")
+    q13 = hf.QuantizedTensor(c13, s13, None, s.weight_fmt, s.scale_mode)
+    q2 = hf.QuantizedTensor(c2, s2, None, s.weight_fmt, s.scale_mode)
     return _finish(MoEQuantConfig(s, q13, q2), backend)
 
 

@@ -19,7 +19,6 @@ from .config import MoEQuantConfig
 from .conversion import (
     MoEBackend,
     _per_expert,
-    _scale_bits,
     convert_to_nvfp4_moe_kernel_format,
     convert_to_ocp_mx_moe_kernel_format,
     unpack_weight,
@@ -54,11 +53,12 @@ def load_compressed_tensors_nvfp4(tensors: dict) -> MoEQuantConfig:
     w2 = _get(t, "w2_weight_packed", "w2_weight")
     device = w13.device
     E = w13.shape[0]
-    s13, s2 = _scale_bits(t["w13_weight_scale"]).to(device), _scale_bits(t["w2_weight_scale"]).to(device)
+    s13 = hf.scale_bytes(t["w13_weight_scale"], "nvfp4", "w13_weight_scale").to(device)
+    s2 = hf.scale_bytes(t["w2_weight_scale"], "nvfp4", "w2_weight_scale").to(device)
     g13 = hf.global_scale_from_compressed_tensors(_per_expert(t["w13_weight_global_scale"], E, "w13")).to(device)
     g2 = hf.global_scale_from_compressed_tensors(_per_expert(t["w2_weight_global_scale"], E, "w2")).to(device)
-    q13 = hf.QuantizedTensor(unpack_weight(w13, s13, "nvfp4"), s13, g13.reshape(-1, 1), "nvfp4")
-    q2 = hf.QuantizedTensor(unpack_weight(w2, s2, "nvfp4"), s2, g2.reshape(-1, 1), "nvfp4")
+    q13 = hf.QuantizedTensor(unpack_weight(w13, s13, "nvfp4", "w13_weight"), s13, g13.reshape(-1, 1), "nvfp4")
+    q2 = hf.QuantizedTensor(unpack_weight(w2, s2, "nvfp4", "w2_weight"), s2, g2.reshape(-1, 1), "nvfp4")
 
     def act(name):
         v = t.get(name)

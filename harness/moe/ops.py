@@ -3,8 +3,10 @@ when it is importable (Triton on GPU, its own torch path elsewhere), else to
 the harness.formats reference.
 
 The "torch" path here is the reference math of harness.formats (same
-functions, same operation order, bit-identical) minus the host-side value
-check of the global scale, so it can run inside CUDA-graph capture and
+functions, same operation order, bit-identical) minus the checks that read
+values (hf.dequantize_without_value_checks: weights are checked at load, the
+activations' codes come from the quantizer), so it can run inside CUDA-graph
+capture and
 torch.compile(fullgraph=True). Lookup tables must have been put on the device
 beforehand (see `prepare_device`), never during forward.
 """
@@ -57,12 +59,6 @@ def prepare_device(device) -> None:
     _scales._tables(device)
 
 
-def _gs_tensor(gs, device):
-    if isinstance(gs, torch.Tensor):
-        return gs.to(device=device, dtype=torch.float32)
-    return torch.tensor(float(gs), dtype=torch.float32, device=device)
-
-
 def _torch_qdq(x: torch.Tensor, fmt: str, scale_mode: str, rounding: str, global_scale) -> torch.Tensor:
     spec = hf.get_format(fmt)
     if x.shape[-1] % spec.block_size:
@@ -72,11 +68,11 @@ def _torch_qdq(x: torch.Tensor, fmt: str, scale_mode: str, rounding: str, global
         codes, byte = _quant._quantize_mx(xb, spec, scale_mode, rounding)
         gs_t = None
     else:
-        gs_t = _gs_tensor(global_scale, x.device)
+        gs_t = hf.as_global_scale(global_scale, x.device, read_values=False)
         gsb = _quant._global_scale_blocks(gs_t, x.shape[:-1], x.device)
         codes, byte = _quant._quantize_nvfp4(xb, spec, gsb, rounding)
     q = hf.QuantizedTensor(codes.reshape(x.shape), byte, gs_t, spec.name, scale_mode, rounding, x.dtype)
-    return hf.dequantize(q, x.dtype)
+    return hf.dequantize_without_value_checks(q, x.dtype)
 
 
 def qdq(x: torch.Tensor, fmt: str, *, scale_mode: str = "floor", rounding: str = "rne",
@@ -121,4 +117,4 @@ def dequantize_expert_weights(q: hf.QuantizedTensor, gscale: Optional[torch.Tens
             raise ValueError("nvfp4 weights need their per-expert global scale")
         gs = gscale.to(torch.float32).reshape(-1, 1)
     qq = hf.QuantizedTensor(q.codes, q.scales, gs, spec.name, q.scale_mode, q.rounding, torch.float32)
-    return hf.dequantize(qq, torch.float32)
+    return hf.dequantize_without_value_checks(qq, torch.float32)

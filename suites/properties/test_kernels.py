@@ -302,3 +302,124 @@ def test_quantize_several_tiles_per_program(fmt):
             packed, scales = launch.quantize(x, gs, fmt, "floor", "rne", True, tile_elems=bpp * spec.block_size,
                                              tiles_per_program=tpp)
             assert torch.equal(packed, hf.pack_fp4(want.codes)) and torch.equal(scales, want.scales), where
+
+
+# ---------------------------------------------------------------- bad input: reference == kernels
+
+def _outcome(call):
+    try:
+        return "ok", call()
+    except Exception as exc:  # noqa: BLE001 - the exception itself is compared
+        return type(exc).__name__, str(exc)
+
+
+def _bad_dequantize_inputs():
+    """(label, QuantizedTensor) that every dequantize must refuse with a ValueError."""
+    g = torch.Generator().manual_seed(3)
+    cases = []
+    for fmt, code in (("mxfp4", 0x1F), ("nvfp4", 0x10), ("mxfp6_e2m3", 0x40), ("mxfp6_e3m2", 0xFF)):
+        q = hf.quantize(torch.randn(2, 64, generator=g), fmt, global_scale=None if fmt != "nvfp4" else 50.0)
+        codes = q.codes.clone()
+        codes[1, 7] = code
+        cases.append((f"{fmt} code 0x{code:02X}", hf.QuantizedTensor(codes, q.scales, q.global_scale, fmt)))
+    qn = hf.quantize(torch.randn(2, 32, generator=g), "nvfp4", global_scale=100.0)
+    meta = torch.device("meta")
+    for label, gs in (("gs 0", torch.tensor(0.0)), ("gs 0.0", 0.0), ("gs -1", torch.tensor([[1.0], [-1.0]])),
+                      ("gs nan", float("nan")), ("gs inf", torch.tensor(float("inf"))), ("gs str", "2.0"),
+                      ("gs list", [1.0, 2.0]), ("gs tuple", (1.0,)), ("gs bool", True),
+                      ("gs bool tensor", torch.tensor(True)), ("gs complex", torch.tensor(1 + 0j)),
+                      ("gs shape (3,)", torch.ones(3)), ("gs shape (2, 2)", torch.ones(2, 2)),
+                      ("gs shape (1, 2)", torch.ones(1, 2)), ("gs shape (2, 1, 3)", torch.ones(2, 1, 3)),
+                      ("gs on meta", torch.ones((), device=meta))):
+        cases.append((label, hf.QuantizedTensor(qn.codes, qn.scales, gs, "nvfp4")))
+    cases.append(("scales on meta", hf.QuantizedTensor(qn.codes, qn.scales.to(meta), qn.global_scale, "nvfp4")))
+    cases.append(("codes on meta", hf.QuantizedTensor(qn.codes.to(meta), qn.scales, qn.global_scale, "nvfp4")))
+    qm = hf.quantize(torch.randn(2, 64, generator=g), "mxfp4")
+    cases.append(("mx with a global scale", hf.QuantizedTensor(qm.codes, qm.scales, torch.tensor(2.0), "mxfp4")))
+    cases.append(("scales shape", hf.QuantizedTensor(qm.codes, qm.scales[:, :1], None, "mxfp4")))
+    cases.append(("K not a multiple of the block", hf.QuantizedTensor(qm.codes[:, :33], qm.scales[:, :1], None, "mxfp4")))
+    return cases
+
+
+@pytest.mark.parametrize("label,q", _bad_dequantize_inputs(), ids=[c[0] for c in _bad_dequantize_inputs()])
+def test_dequantize_bad_input_same_on_reference_and_kernels(label, q):
+    """Issue 11: the reference raised IndexError / returned -inf or garbage
+    where the kernel raised or returned garbage. Now one ValueError, the same
+    message on every path (validation lives in harness.formats.validate)."""
+    ref = _outcome(lambda: hf.dequantize(q))
+    assert ref[0] == "ValueError", f"{label}: reference gave {ref}"
+    for backend in ("triton", "torch"):
+        assert _outcome(lambda: hk.dequantize(q, backend=backend)) == ref, f"{label} backend={backend}"
+
+
+@pytest.mark.parametrize("label,gs", [("0", 0.0), ("str", "2.0"), ("list", [1.0]), ("shape", torch.ones(3)),
+                                      ("0 in float32", 1e-50), ("inf in float32", 1e300),
+                                      ("meta", torch.ones((), device="meta")), ("bool", True)])
+def test_quantize_bad_global_scale_same_on_reference_and_kernels(label, gs):
+    x = torch.randn(2, 32)
+    ref = _outcome(lambda: hf.quantize(x, "nvfp4", global_scale=gs))
+    assert ref[0] == "ValueError", f"{label}: reference gave {ref}"
+    for backend in ("triton", "torch"):
+        for f in (hk.qdq, hk.quantize, hk.quantize_packed):
+            assert _outcome(lambda: f(x, "nvfp4", global_scale=gs, backend=backend)) == ref, f"{label} {f.__name__}"
+        assert _outcome(lambda: hf.qdq(x, "nvfp4", global_scale=gs)) == ref
+
+
+def test_dequantize_weights_refuses_the_same_bad_input():
+    """The stored-weights entry point: out-of-range codes, mixed devices and
+    bad global scales give ValueErrors too."""
+    q = hf.quantize(torch.randn(2, 4, 32), "mxfp6_e3m2")
+    codes = q.codes.clone()
+    codes[0, 0, 0] = 0x40
+    with pytest.raises(ValueError, match="element code 0x40 in stored weights is out of range"):
+        hk.dequantize_weights(codes, q.scales, None, "mxfp6_e3m2", backend="triton")
+    with pytest.raises(ValueError, match="stored on cpu, scales on meta"):
+        hk.dequantize_weights(q.codes, q.scales.to("meta"), None, "mxfp6_e3m2", backend="triton")
+    qn = hf.quantize(torch.randn(2, 4, 32), "nvfp4")
+    for gs, match in ((torch.tensor([1.0, 0.0]), "finite and > 0"), ("1", "real number"),
+                      (torch.ones(2, device="meta"), "is on meta but the data is on cpu")):
+        with pytest.raises(ValueError, match=match):
+            hk.dequantize_weights(qn.codes, qn.scales, gs, "nvfp4", backend="triton")
+
+
+def test_without_value_reads_reference_and_kernels_give_the_same_bits(monkeypatch):
+    """Where values cannot be read (device tensors on hot paths, CUDA graph
+    capture), bad values are not refused, so reference and kernel must give
+    the same bits: codes read as their low `width` bits, a zero global scale
+    dividing to +-Inf / NaN. Simulated on CPU by turning value reads off."""
+    import harness.formats.validate as validate
+
+    monkeypatch.setattr(validate, "values_readable", lambda t, read_values=None: bool(read_values))  # as on a GPU
+    g = torch.Generator().manual_seed(4)
+    for fmt in ("mxfp4", "nvfp4", "mxfp6_e2m3", "mxfp6_e3m2"):
+        spec = hf.FORMATS[fmt]
+        q = hf.quantize(torch.randn(2, 64, generator=g), fmt, global_scale=None if spec.is_mx else 40.0)
+        codes = q.codes | torch.randint(0, 256, q.codes.shape, generator=g, dtype=torch.uint8)  # high bits set
+        bad = hf.QuantizedTensor(codes, q.scales, None if spec.is_mx else torch.tensor([[0.0], [40.0]]), fmt)
+        ref = hf.dequantize(bad)
+        assert_bitwise_equal(hk.dequantize(bad, backend="triton"), ref, fmt)
+        masked = hf.QuantizedTensor(codes & ((1 << spec.element.width) - 1), q.scales, bad.global_scale, fmt)
+        assert_bitwise_equal(ref, hf.dequantize(masked), f"{fmt}: only the low bits are read")
+        if not spec.is_mx:
+            assert torch.isinf(ref[0]).any() and not torch.isinf(ref[1]).any()
+        with pytest.raises(ValueError, match="out of range"):  # the explicit check still reads
+            hf.check_codes(codes, fmt)
+
+
+def test_value_checks_read_no_device_tensor():
+    """Capture safety: the shared checks read no value of a non-CPU tensor
+    (meta stands in for CUDA here: reading one would raise) and do no host
+    work at all (moe_checks.no_host_work raises on any tensor read)."""
+    from suites.properties.moe_checks import HostWorkInForward, no_host_work
+
+    q = hf.quantize(torch.randn(2, 32), "nvfp4", global_scale=10.0)
+    meta = torch.device("meta")
+    bad_codes = torch.full((2, 32), 0xFF, dtype=torch.uint8, device=meta)
+    scales, zero = q.scales.to(meta), torch.zeros((), device=meta)
+    want = hf.dequantize(q)  # (fills the decode-table caches outside the block)
+    with no_host_work():
+        hf.dequantize_inputs(bad_codes, scales, zero, "nvfp4")
+        got = hf.dequantize_without_value_checks(q)  # the MoE forward's path
+        assert torch.equal(got, want)
+        with pytest.raises(HostWorkInForward):  # a CPU tensor is read by default
+            hf.dequantize_inputs(q.codes, q.scales, q.global_scale, "nvfp4")
