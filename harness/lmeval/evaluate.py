@@ -206,7 +206,11 @@ def gate_ratios(results: list[gates.GateResult]) -> dict:
         if g.skipped:
             continue
         cert = g.details.get("certification")
-        r = cert["max_err_over_tol"] if cert else g.details.get("ratio")
+        if cert:  # an exact-condition violation (a1 / a2 bits) has no finite margin
+            exact_bad = cert.get("a1_mismatch_tokens", 0) + cert.get("a2_inconsistent_tokens", 0)
+            r = math.inf if exact_bad else cert["max_err_over_tol"]
+        else:
+            r = g.details.get("ratio")
         out[f"{g.gate} {g.name}"] = None if r is None else round(float(r), 4)
     return out
 

@@ -164,10 +164,15 @@ class OracleMoE(nn.Module):
     layer's output wherever it lies within the derived float32 tolerance of
     the reference (harness.moe.tolerance.output_tolerance: GEMM summation
     bounds plus every QDQ output reachable from inputs within them), and the
-    reference's value wherever it does not. A correct layer therefore gives
-    an oracle run identical to the emulated run (KL exactly 0 on every
-    machine); every element outside its bound moves the oracle to the spec
-    and shows up in the KL and in `stats`."""
+    reference's value wherever it does not. Two exact conditions come
+    first, as in `moe-harness run`'s MoE checks: the layer's QDQ #1 output
+    equals the reference's bit for bit, and its QDQ #2 output is the spec's
+    quantizer applied to its own QDQ #2 input; a token that breaks either is
+    outside whatever its output error (a skipped per-tensor fp8 QDQ can hide
+    inside the tolerance's coarse fp8 interval). A correct layer therefore
+    gives an oracle run identical to the emulated run (KL exactly 0 on every
+    machine); every element outside moves the oracle to the spec and shows up
+    in the KL and in `stats`."""
 
     def __init__(self, fused: nn.Module):
         super().__init__()
@@ -178,27 +183,42 @@ class OracleMoE(nn.Module):
         from harness.moe.reference import reference_moe_trace
         from harness.moe.tolerance import output_tolerance
 
+        from harness.moe.reference import qdq_activation
+
         f = self.fused
-        trace = reference_moe_trace(hidden, router_logits, f.quant_config, top_k=f.top_k,
+        qc = f.quant_config
+        trace = reference_moe_trace(hidden, router_logits, qc, top_k=f.top_k,
                                     renormalize=f.renormalize, scoring=f.scoring, activation=f.activation)
-        layer = f(hidden, router_logits)
-        tol = output_tolerance(trace, f.quant_config, activation=f.activation, out_dtype=layer.dtype,
+        f.experts.trace = seen = {}
+        try:
+            layer = f(hidden, router_logits)
+        finally:
+            f.experts.trace = None
+        T, k = trace.ids.shape
+        a1_bad = (seen["a1"].detach().cpu().to(torch.float64) != trace.a1).any(-1)
+        a2_spec = qdq_activation(seen["a2_in"].detach().cpu().float(), qc.scheme, scale=getattr(qc, "a2_scale", None),
+                                 gscale=getattr(qc, "a2_gscale", None), which="a2")
+        a2_bad = (a2_spec != seen["a2"].detach().cpu().float()).any(-1).reshape(T, k).any(-1)
+        tol = output_tolerance(trace, qc, activation=f.activation, out_dtype=layer.dtype,
                                c_prec=layer_c_prec(f, hidden.device))
         got = layer.detach().cpu().to(torch.float64)
         err = (got - trace.out).abs()
-        inside = err <= tol
+        inside = (err <= tol) & ~(a1_bad | a2_bad).unsqueeze(-1)
         out = torch.where(inside, got, trace.out)
         st = self.stats
         st["elements"] += inside.numel()
         st["outside"] += int((~inside).sum())
         st["tokens_outside"] += int((~inside).any(-1).sum())
+        st["a1_mismatch_tokens"] += int(a1_bad.sum())
+        st["a2_inconsistent_tokens"] += int(a2_bad.sum())
         if err.numel():
             st["max_err_over_tol"] = max(st["max_err_over_tol"], float((err / tol).max()))
         return out.to(device=hidden.device, dtype=hidden.dtype)
 
 
 def new_oracle_stats() -> dict:
-    return {"elements": 0, "outside": 0, "tokens_outside": 0, "max_err_over_tol": 0.0}
+    return {"elements": 0, "outside": 0, "tokens_outside": 0, "a1_mismatch_tokens": 0,
+            "a2_inconsistent_tokens": 0, "max_err_over_tol": 0.0}
 
 
 def layer_c_prec(fused: nn.Module, device) -> float:
@@ -266,7 +286,7 @@ class Swapper:
         total = new_oracle_stats()
         for mod in self.built.get(name, {}).values():
             st = mod.emulated.stats
-            for k in ("elements", "outside", "tokens_outside"):
+            for k in ("elements", "outside", "tokens_outside", "a1_mismatch_tokens", "a2_inconsistent_tokens"):
                 total[k] += st[k]
             total["max_err_over_tol"] = max(total["max_err_over_tol"], st["max_err_over_tol"])
             if reset:
