@@ -34,11 +34,14 @@ _BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xff\xf
 
 
 class YAMLInputError(ValueError):
-    """Refused input; str() is one line: 'FILE: WHERE: PROBLEM'."""
+    """Refused input; str() is one line, 'FILE: PROBLEM (line N)'. `part` is "<file>"
+    (size, encoding, unreadable) or "<yaml>" (syntax, limits, duplicate keys)."""
 
-    def __init__(self, path, where: str, problem: str):
-        super().__init__(f"{path}: {where}: {problem}")
-        self.path, self.where, self.problem = str(path), where, problem
+    def __init__(self, path, part: str, problem: str, line: int | None = None):
+        if line is not None:
+            problem = f"{problem} (line {line})"
+        super().__init__(f"{path}: {problem}")
+        self.path, self.part, self.problem, self.line = str(path), part, problem, line
 
 
 @dataclass
@@ -73,11 +76,12 @@ def read_text(path) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
-        raise YAMLInputError(path, f"line {line}", f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+        raise YAMLInputError(path, "<file>", f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})",
+                             line) from None
 
 
-def _where(mark) -> str:
-    return f"line {mark.line + 1}" if mark is not None else "<yaml>"
+def _line(mark) -> int | None:
+    return mark.line + 1 if mark is not None else None
 
 
 def _yaml_error(path, e: yaml.YAMLError) -> YAMLInputError:
@@ -85,8 +89,8 @@ def _yaml_error(path, e: yaml.YAMLError) -> YAMLInputError:
     problem = getattr(e, "problem", None) or str(e)
     context = getattr(e, "context", None)
     msg = f"{context}: {problem}" if context else problem
-    where = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else "<yaml>"
-    return YAMLInputError(path, where, "not valid YAML: " + " ".join(str(msg).split()))
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return YAMLInputError(path, "<yaml>", "not valid YAML: " + " ".join(str(msg).split()) + where)
 
 
 def _scan(path, text: str) -> None:
@@ -96,11 +100,11 @@ def _scan(path, text: str) -> None:
         if isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
             nodes += 1
             if nodes > MAX_NODES:
-                raise YAMLInputError(path, _where(ev.start_mark), f"more than {MAX_NODES} YAML nodes")
+                raise YAMLInputError(path, "<yaml>", f"more than {MAX_NODES} YAML nodes", _line(ev.start_mark))
         if isinstance(ev, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                raise YAMLInputError(path, _where(ev.start_mark), f"nested deeper than {MAX_DEPTH} levels")
+                raise YAMLInputError(path, "<yaml>", f"nested deeper than {MAX_DEPTH} levels", _line(ev.start_mark))
         elif isinstance(ev, yaml.CollectionEndEvent):
             depth -= 1
 
@@ -128,22 +132,23 @@ def _measure(path, root) -> tuple[int, int]:
             n = 1 + sum(k[0] for k in kids)
             d = 1 + max((k[1] for k in kids), default=0)
             if n > MAX_NODES:
-                raise YAMLInputError(path, _where(node.start_mark),
-                                     f"aliases expand to more than {MAX_NODES} YAML nodes")
+                raise YAMLInputError(path, "<yaml>", f"aliases expand to more than {MAX_NODES} YAML nodes",
+                                     _line(node.start_mark))
             if d > MAX_DEPTH:
-                raise YAMLInputError(path, _where(node.start_mark),
-                                     f"aliases expand to nesting deeper than {MAX_DEPTH} levels")
+                raise YAMLInputError(path, "<yaml>", f"aliases expand to nesting deeper than {MAX_DEPTH} levels",
+                                     _line(node.start_mark))
             size[nid] = (n, d)
             continue
         if nid in size:
             continue
         if nid in on_path:
-            raise YAMLInputError(path, _where(node.start_mark), "an anchor is used inside itself (recursive alias)")
+            raise YAMLInputError(path, "<yaml>", "an anchor is used inside itself (recursive alias)", _line(node.start_mark))
         on_path.add(nid)
         stack.append((node, True))
         for c in _children(node):
             if id(c) in on_path:
-                raise YAMLInputError(path, _where(c.start_mark), "an anchor is used inside itself (recursive alias)")
+                raise YAMLInputError(path, "<yaml>", "an anchor is used inside itself (recursive alias)",
+                                     _line(c.start_mark))
             if id(c) not in size:
                 stack.append((c, False))
     return size[id(root)]
@@ -191,7 +196,7 @@ def loads(text: str, path="<yaml>", *, duplicates: str = "warn") -> Loaded:
             for key, first, again in _duplicates(node):
                 msg = f"key {key!r} appears twice, at lines {first} and {again}"
                 if duplicates == "error":
-                    raise YAMLInputError(path, f"line {again}", msg)
+                    raise YAMLInputError(path, "<yaml>", msg)
                 warnings.append(f"{path}: line {again}: {msg}; the last one is used")
             data = loader.construct_document(node)
         finally:

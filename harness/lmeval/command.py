@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from .config import ConfigError, ModelNotPresent, check_limit, load, resolve_model_dir
+from .config import VLLM_APPLIED, ConfigError, ModelNotPresent, check_limit, load, resolve_model_dir
 from .schemes import SCHEMES
 
 
@@ -52,6 +52,8 @@ def plan(cfg, args) -> dict:
         "scheme": scheme, "baseline_scheme": cfg.baseline_scheme, "backend": cfg.backend,
         "tasks": cfg.task_names, "limit": args.limit if args.limit is not None else cfg.limit,
         "num_fewshot": cfg.num_fewshot, "seed": cfg.seed, "gates": gates, "warnings": cfg.warnings,
+        "notes": cfg.notes,
+        "vllm_keys_not_applied": sorted(k for k in cfg.vllm_extra if k not in VLLM_APPLIED),
     }
 
 
@@ -78,6 +80,8 @@ def main(args) -> int:
         return 2
     for w in cfg.warnings:
         print(f"warning: {w}", file=sys.stderr)
+    for n in cfg.notes:
+        print(f"note: {n}", file=sys.stderr)
     the_plan = plan(cfg, args)
     if args.dry_run:
         print(json.dumps(the_plan, indent=2))

@@ -44,6 +44,9 @@ VLLM_KEYS = {
     # read by vLLM's test driver (.buildkite/lm-eval-harness/test_lm_eval_correctness.py):
     "env_vars", "moe_backend", "required_gpu_arch", "tokenizer_mode", "rocm_safetensors_load_strategy",
 }
+# The vLLM keys a harness run applies; the rest configure vLLM's engine (moe_backend,
+# tokenizer_mode, env_vars, ...) and are recorded in the plan, not applied.
+VLLM_APPLIED = ("model_name", "tasks", "limit", "num_fewshot", "rtol", "batch_size")
 HARNESS_KEYS = {"scheme", "baseline_scheme", "backend", "dtype", "device", "batch_size", "model_dir",
                 "model_dir_env", "model_subdir", "calibration", "gates", "seed", "description"}
 GATE_KEYS = {"one_sided", "paired", "kl"}
@@ -127,6 +130,7 @@ class AccuracyConfig:
     description: str = ""
     vllm_extra: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # facts about valid input (tasks not bundled)
 
     @property
     def task_names(self) -> list[str]:
@@ -361,7 +365,7 @@ def load(path) -> AccuracyConfig:
     try:
         loaded = safe_yaml.load(path, duplicates="warn")
     except safe_yaml.YAMLInputError as e:
-        raise ConfigError(e.path, e.where, e.problem) from None
+        raise ConfigError(e.path, e.part, e.problem) from None
     cfg = parse(loaded.data, path)
     cfg.warnings[:0] = loaded.warnings
     check_tasks(cfg)
@@ -372,7 +376,7 @@ def check_tasks(cfg: AccuracyConfig) -> None:
     """Task names against the bundled tasks (what a run evaluates) and lm-eval's task files.
 
     A name neither knows is an error. A name only lm-eval knows (vLLM's configs:
-    gsm8k, ...) is a warning: the config is valid, but the harness loads bundled
+    gsm8k, ...) gets a note: the config is valid, but the harness loads bundled
     tasks only, so a run that finds the checkpoint would fail on it."""
     from . import task_names
 
@@ -385,13 +389,13 @@ def check_tasks(cfg: AccuracyConfig) -> None:
         if t.name in local:
             continue
         if known is None:
-            cfg.warnings.append(f"{cfg.path}: tasks[{i}].name: {_short(t.name)} is not a bundled task and lm-eval is "
+            cfg.notes.append(f"{cfg.path}: tasks[{i}].name: {_short(t.name)} is not a bundled task and lm-eval is "
                                 "not installed to check it")
         elif not known[t.name]:
             raise ConfigError(cfg.path, f"tasks[{i}].name", f"unknown task {_short(t.name)}: not a bundled task "
                               f"({', '.join(sorted(local))}) and not in lm-eval's task files")
         else:
-            cfg.warnings.append(f"{cfg.path}: tasks[{i}].name: {t.name!r} is an lm-eval task, not a bundled one "
+            cfg.notes.append(f"{cfg.path}: tasks[{i}].name: {t.name!r} is an lm-eval task, not a bundled one "
                                 f"(suites/lm_eval/tasks); the harness evaluates bundled tasks only")
 
 
