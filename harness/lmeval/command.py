@@ -94,6 +94,13 @@ def main(args) -> int:
         except devices.DeviceError as e:
             print(f"moe-harness eval: {cfg.path}: harness.device: {e}", file=sys.stderr)
             return 2
+    from harness.report import ReportRootError, check_root
+
+    try:
+        check_root(args.report_root, "--report-root")
+    except ReportRootError as e:
+        print(f"moe-harness eval: {e}", file=sys.stderr)
+        return 2
     from .evaluate import Session, run_config
 
     session = Session(disable_tqdm=args.quiet)
