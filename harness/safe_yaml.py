@@ -50,7 +50,7 @@ class Loaded:
     text: str
     warnings: list[str] = field(default_factory=list)
     nodes: int = 0           # nodes after alias expansion
-    depth: int = 0           # deepest nesting after alias expansion
+    depth: int = 0           # deepest collection nesting after alias expansion (a scalar: 0)
 
 
 def read_text(path) -> str:
@@ -130,7 +130,7 @@ def _measure(path, root) -> tuple[int, int]:
             on_path.discard(nid)
             kids = [size[id(c)] for c in _children(node)]
             n = 1 + sum(k[0] for k in kids)
-            d = 1 + max((k[1] for k in kids), default=0)
+            d = 0 if isinstance(node, yaml.ScalarNode) else 1 + max((k[1] for k in kids), default=0)
             if n > MAX_NODES:
                 raise YAMLInputError(path, "<yaml>", f"aliases expand to more than {MAX_NODES} YAML nodes",
                                      _line(node.start_mark))

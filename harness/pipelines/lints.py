@@ -216,7 +216,11 @@ def rocm_arch(pipeline: Pipeline, root: Path) -> list[Problem]:
         if target_of(s.queue) != "rocm":
             continue
         arch = {**pipeline.env, **s.env}.get("PYTORCH_ROCM_ARCH")
-        if arch != ROCM_ARCH:
+        if arch is None:
+            out.append(_p(pipeline, s, "rocm-arch",
+                          f"env.PYTORCH_ROCM_ARCH is not set (neither in the step's env nor the pipeline's); "
+                          f"ROCm steps must JIT-build for {ROCM_ARCH!r} only"))
+        elif arch != ROCM_ARCH:
             out.append(_p(pipeline, s, "rocm-arch",
                           f"env.PYTORCH_ROCM_ARCH is {arch!r}; ROCm steps must JIT-build for {ROCM_ARCH!r} only"))
     return out
