@@ -146,7 +146,10 @@ def _num(path, fld, v, *, lo=None, hi=None, integer=False, allow_none=False):
         return None
     ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
     if isinstance(v, bool) or not ok_type:
-        raise ConfigError(path, fld, f"expected {'an integer' if integer else 'a number'}, got {_short(v)}")
+        hint = ""
+        if isinstance(v, str) and _float_text(v):
+            hint = f" (YAML 1.1 reads {v} as text: write it with a dot, e.g. {_with_dot(v)})"
+        raise ConfigError(path, fld, f"expected {'an integer' if integer else 'a number'}, got {_short(v)}{hint}")
     if not math.isfinite(v):
         raise ConfigError(path, fld, f"must be a finite number, got {_short(v)}")
     if lo is not None and v < lo:
@@ -154,6 +157,19 @@ def _num(path, fld, v, *, lo=None, hi=None, integer=False, allow_none=False):
     if hi is not None and v > hi:
         raise ConfigError(path, fld, f"must be <= {hi}, got {_short(v)}")
     return v
+
+
+def _float_text(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return "e" in v.lower() and "." not in v.lower().split("e")[0]
+
+
+def _with_dot(v: str) -> str:
+    mantissa, _, exp = v.lower().partition("e")
+    return f"{mantissa}.0e{exp}"
 
 
 def check_limit(path, fld, v):
