@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -420,8 +421,13 @@ def _key(k) -> str:
     return k if isinstance(k, str) and k.isprintable() and len(k) <= 60 else _short(k)
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 2, 4, 4, 60, 60
+
+
 def _short(v, n: int = 60) -> str:
-    text = repr(v)
+    """A bounded repr: a value built from shared aliases may be huge once printed."""
+    text = _REPR.repr(v)
     return text if len(text) <= n else text[:n] + "..."
 
 

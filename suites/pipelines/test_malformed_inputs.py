@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
+import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -184,12 +185,15 @@ CHOICES = [("harness", "scheme"), ("harness", "baseline_scheme"), ("harness", "b
            ("harness", "gates", "paired", "method")]
 
 
+CONFIG_MUTATIONS = ["number", "missing", "container", "choice", "nested", "bytes"]
+PIPELINE_MUTATIONS = ["bytes", "duplicate", "steps", "top", "nested"]
+
+
 @st.composite
-def broken_config(draw):
+def broken_config(draw, how):
     src = draw(st.sampled_from(CONFIGS))
     text = src.read_text()
     data = yaml.safe_load(text)
-    how = draw(st.sampled_from(["number", "missing", "container", "choice", "nested", "bytes"]))
     if how == "bytes":
         return src.name, draw(byte_mutation(text))
     if how == "number":
@@ -217,12 +221,16 @@ def broken_config(draw):
     return src.name, dump(data).encode()
 
 
-@given(broken_config())
-def test_malformed_configs_exit_2_in_one_line(case):
-    name, data = case
-    d, path = write(data, ".yaml")
-    with d:
-        assert_refused(eval_argv(path), path)
+@pytest.mark.parametrize("how", CONFIG_MUTATIONS)
+def test_malformed_configs_exit_2_in_one_line(how):
+    @given(broken_config(how))
+    def check(case):
+        name, data = case
+        d, path = write(data, ".yaml")
+        with d:
+            assert_refused(eval_argv(path), path)
+
+    check()
 
 
 @given(st.sampled_from(CONFIGS), st.data())
@@ -244,11 +252,10 @@ def test_duplicate_keys_in_configs_are_a_warning_naming_both_lines(src, draw):
 # ---- pipelines
 
 @st.composite
-def broken_pipeline(draw):
+def broken_pipeline(draw, how):
     src = draw(st.sampled_from(PIPELINES))
     text = src.read_text()
     doc = yaml.safe_load(text)
-    how = draw(st.sampled_from(["bytes", "duplicate", "steps", "top", "nested"]))
     if how == "bytes":
         return draw(byte_mutation(text))
     if how == "duplicate":
@@ -271,11 +278,15 @@ def broken_pipeline(draw):
     return dump(doc).encode()
 
 
-@given(broken_pipeline())
-def test_malformed_pipelines_exit_2_in_one_line(data):
-    d, path = write(data, ".yml")
-    with d:
-        assert_refused(pipeline_argv(path), path)
+@pytest.mark.parametrize("how", PIPELINE_MUTATIONS)
+def test_malformed_pipelines_exit_2_in_one_line(how):
+    @given(broken_pipeline(how))
+    def check(data):
+        d, path = write(data, ".yml")
+        with d:
+            assert_refused(pipeline_argv(path), path)
+
+    check()
 
 
 def test_the_shipped_files_themselves_pass():
