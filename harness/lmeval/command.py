@@ -61,6 +61,8 @@ def parse_limit(text):
     """--limit as lm-eval takes it: an integer count >= 1 or a fraction 0 < x < 1."""
     if text is None:
         return None
+    if isinstance(text, (int, float)):  # called from Python with a number
+        return check_limit("--limit", "value", text)
     try:
         value = int(text)
     except ValueError:

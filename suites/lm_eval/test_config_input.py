@@ -295,3 +295,12 @@ def test_parse_of_odd_keys_never_raises_anything_but_config_error(tmp_path):
         with pytest.raises(C.ConfigError) as e:
             C.parse(copy.deepcopy(data), tmp_path / "x.yaml")
         assert "\n" not in str(e.value)
+
+
+def test_parse_limit_takes_numbers_from_python_too():
+    from harness.lmeval.command import parse_limit
+
+    assert parse_limit(0.5) == 0.5 and parse_limit(7) == 7 and parse_limit("0.25") == 0.25 and parse_limit(None) is None
+    for bad in (0, -5, 1.5, True, math.nan):
+        with pytest.raises(C.ConfigError):
+            parse_limit(bad)
