@@ -18,6 +18,7 @@ BENCHES = {
     "kernels": ("harness.kernels.bench", "Triton kernel bandwidth vs copy and torch.compile"),
     "moe": ("harness.moe.bench", "emulated MoE forward vs bf16"),
     "eval": ("harness.lmeval.bench", "tiny-model eval wall time"),
+    "config-validate": ("harness.lmeval.bench_config", "wall time of eval --dry-run on one config (fresh interpreters)"),
 }
 
 

@@ -111,6 +111,24 @@ def _utc_stamp() -> str:
 _KIND_RE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+class ReportRootError(ValueError):
+    """The reports root cannot hold reports; the message is one line naming it."""
+
+
+def check_root(root, option: str = "--reports") -> Path:
+    """Make sure `root` is (or can become) a writable folder, before a run spends any time."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ReportRootError(f"{option} {root}: exists and is not a folder")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ReportRootError(f"{option} {root}: cannot create the folder: {e.strerror or e}") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise ReportRootError(f"{option} {root}: not writable")
+    return root
+
+
 class ReportDir:
     """One run's folder, reports/<UTC timestamp>-<kind>/."""
 

@@ -73,9 +73,25 @@ def _print_row(section: str, r: dict):
     print(f"{status:4}  {section:8}  {r['name']:<48} {brief}", flush=True)
 
 
-def main(args) -> int:
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+def _check_args(args) -> tuple[torch.device, list[str]]:
+    """Everything wrong with the command line, before any check runs (ValueError, one line)."""
+    from harness import devices
+
+    device = devices.check_available(args.device) if args.device else ("cuda" if torch.cuda.is_available() else "cpu")
     sections = [s for s in (args.only or SECTIONS) if s not in args.skip]
+    if not sections:
+        both = sorted(set(args.only or ()) & set(args.skip))
+        raise ValueError(f"--only and --skip leave no section to run (both name {', '.join(both)})")
+    report.check_root(args.reports, "--reports")
+    return torch.device(device), sections
+
+
+def main(args) -> int:
+    try:
+        device, sections = _check_args(args)
+    except ValueError as e:  # DeviceError and ReportRootError included
+        print(f"moe-harness run: {e}", file=sys.stderr)
+        return 2
     rd = report.ReportDir.create("run", root=args.reports)
     meta = {
         "command": "moe-harness run " + " ".join(sys.argv[2:]),

@@ -14,11 +14,7 @@ import warnings
 import torch
 from torch import nn
 
-SCHEMES = (
-    "bf16", "nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp4_a_mxfp6_e3m2", "w_mxfp4_a_mxfp6_e2m3",
-    "w_mxfp4_a_fp8", "w_mxfp6_e3m2_a_mxfp6_e3m2", "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp8",
-)
-QUANTIZED_SCHEMES = SCHEMES[1:]
+from .schemes import QUANTIZED_SCHEMES, SCHEMES  # noqa: F401  (re-exported)
 
 
 def needs_activation_scales(scheme: str) -> bool:

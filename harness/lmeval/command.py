@@ -2,7 +2,11 @@
 
 Exit codes: 0 every gate passed (or the checkpoint is absent and the run was
 skipped, unless HARNESS_REQUIRE_CHECKPOINT=1); 1 a gate failed; 2 the config
-is malformed (file and field named); 3 skipped but HARNESS_REQUIRE_CHECKPOINT=1.
+or an argument is malformed (one line naming the file and field); 3 skipped
+but HARNESS_REQUIRE_CHECKPOINT=1.
+
+`--dry-run` runs every check the real run makes before loading a model
+(config fields, tasks, --limit) and imports neither torch nor lm-eval.
 """
 
 from __future__ import annotations
@@ -12,15 +16,16 @@ import json
 import os
 import sys
 
-from .builder import SCHEMES
-from .config import ConfigError, ModelNotPresent, load, resolve_model_dir
+from .config import VLLM_APPLIED, ConfigError, ModelNotPresent, check_limit, load, resolve_model_dir
+from .schemes import SCHEMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="accuracy config (suites/lm_eval/configs/*.yaml)")
     parser.add_argument("--model", default=None, help="local model folder (overrides the config; 'tiny-moe' = bundled)")
     parser.add_argument("--scheme", default=None, choices=SCHEMES, help="override the config's harness.scheme")
-    parser.add_argument("--limit", type=int, default=None, help="items per task (overrides the config)")
+    parser.add_argument("--limit", default=None,
+                        help="items per task (integer >= 1) or a fraction of them (0 < limit < 1); overrides the config")
     parser.add_argument("--dry-run", action="store_true", help="validate the config and print the plan; load nothing")
     parser.add_argument("--report-root", default="reports", help="where reports/<timestamp>-eval/ is made")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -47,21 +52,57 @@ def plan(cfg, args) -> dict:
         "scheme": scheme, "baseline_scheme": cfg.baseline_scheme, "backend": cfg.backend,
         "tasks": cfg.task_names, "limit": args.limit if args.limit is not None else cfg.limit,
         "num_fewshot": cfg.num_fewshot, "seed": cfg.seed, "gates": gates, "warnings": cfg.warnings,
+        "notes": cfg.notes,
+        "vllm_keys_not_applied": sorted(k for k in cfg.vllm_extra if k not in VLLM_APPLIED),
     }
+
+
+def parse_limit(text):
+    """--limit as lm-eval takes it: an integer count >= 1 or a fraction 0 < x < 1."""
+    if text is None:
+        return None
+    if isinstance(text, (int, float)):  # called from Python with a number
+        return check_limit("--limit", "value", text)
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError("--limit", "value", f"expected an integer >= 1 or a fraction 0 < limit < 1, got {text!r}") from None
+    return check_limit("--limit", "value", value)
 
 
 def main(args) -> int:
     try:
+        args.limit = parse_limit(args.limit)
         cfg = load(args.config)
     except ConfigError as e:
-        print(f"moe-harness eval: invalid config: {e}", file=sys.stderr)
+        print(f"moe-harness eval: invalid {'argument' if e.path == '--limit' else 'config'}: {e}", file=sys.stderr)
         return 2
+    for w in cfg.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    for n in cfg.notes:
+        print(f"note: {n}", file=sys.stderr)
     the_plan = plan(cfg, args)
     if args.dry_run:
         print(json.dumps(the_plan, indent=2))
         return 0
-    for w in cfg.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    if cfg.device is not None:
+        from harness import devices
+
+        try:
+            devices.check_available(cfg.device)
+        except devices.DeviceError as e:
+            print(f"moe-harness eval: {cfg.path}: harness.device: {e}", file=sys.stderr)
+            return 2
+    from harness.report import ReportRootError, check_root
+
+    try:
+        check_root(args.report_root, "--report-root")
+    except ReportRootError as e:
+        print(f"moe-harness eval: {e}", file=sys.stderr)
+        return 2
     from .evaluate import Session, run_config
 
     session = Session(disable_tqdm=args.quiet)

@@ -8,26 +8,33 @@ A config in vLLM's lm-eval format loads unchanged:
         metrics:
           - name: "exact_match,strict-match"
             value: 0.616
-    limit: 250            # optional
+    limit: 250            # optional: items per task, or a fraction 0 < limit < 1 of them
     num_fewshot: 5        # optional
     rtol: 0.08            # optional (vLLM's default tolerance)
 
-Other vLLM keys (max_model_len, batch_size, gen_kwargs, ...) are accepted and
-kept; unknown top-level keys are reported as warnings, never silently used.
+Other vLLM keys (max_model_len, batch_size, gen_kwargs, env_vars, ...) are
+accepted and kept (docs/lm_eval.md says which the harness applies); unknown
+top-level keys are reported as warnings, never silently used. A key written
+twice is a warning naming both lines (vLLM's reader keeps the last; so do we).
 The harness adds one optional mapping, `harness:` (unknown keys in it are
 errors), with the scheme, the baseline scheme, model location and gates.
-Every error names the file and the field.
+Every error names the file and the field. Every number must be finite and
+in its range: a NaN compares false with everything and would disable a gate.
+The file is read by harness.safe_yaml (size, depth, node and alias limits).
+Nothing here imports torch or lm-eval: `eval --dry-run` stays fast.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from harness import devices, safe_yaml
 
-from .builder import SCHEMES
+from .schemes import DTYPES, EXPERT_BACKENDS, SCHEMES
 
 DEFAULT_RTOL = 0.08
 VLLM_KEYS = {
@@ -35,13 +42,27 @@ VLLM_KEYS = {
     "batch_size", "backend", "gen_kwargs", "apply_chat_template", "fewshot_as_multiturn", "add_bos_token",
     "enforce_eager", "kv_cache_dtype", "tensor_parallel_size", "enable_thinking", "chat_template_args",
     "max_num_seqs", "env", "model_args", "dtype", "quantization", "seed",
+    # read by vLLM's test driver (.buildkite/lm-eval-harness/test_lm_eval_correctness.py):
+    "env_vars", "moe_backend", "required_gpu_arch", "tokenizer_mode", "rocm_safetensors_load_strategy",
 }
+# The vLLM keys a harness run applies; the rest configure vLLM's engine (moe_backend,
+# tokenizer_mode, env_vars, ...) and are recorded in the plan, not applied.
+VLLM_APPLIED = ("model_name", "tasks", "limit", "num_fewshot", "rtol", "batch_size")
 HARNESS_KEYS = {"scheme", "baseline_scheme", "backend", "dtype", "device", "batch_size", "model_dir",
                 "model_dir_env", "model_subdir", "calibration", "gates", "seed", "description"}
 GATE_KEYS = {"one_sided", "paired", "kl"}
 PAIRED_KEYS = {"allowance", "allowances", "confidence", "method", "resamples", "seed", "metrics"}
 KL_KEYS = {"task", "max", "docs", "oracle_max"}
 CALIB_KEYS = {"docs", "seed"}
+
+# Ranges of the numeric fields (inclusive). Seeds go to numpy, which takes < 2**32.
+SEED_MAX = 2**32 - 1
+MAX_RESAMPLES = 10**6        # 10**13 once tried to allocate 1.42 PiB
+MAX_ITEMS = 10**9            # limit / docs: more items than any task has
+MAX_BATCH = 65536
+MAX_FEWSHOT = 1000
+MAX_TASKS = 1000
+MAX_METRICS = 100
 
 
 class ConfigError(ValueError):
@@ -91,7 +112,7 @@ class AccuracyConfig:
     model_name: str
     tasks: list[TaskSpec]
     rtol: float = DEFAULT_RTOL
-    limit: int | None = None
+    limit: int | float | None = None    # items per task, or a fraction (0 < limit < 1)
     num_fewshot: int | None = None
     scheme: str | None = None
     baseline_scheme: str = "bf16"
@@ -110,6 +131,7 @@ class AccuracyConfig:
     description: str = ""
     vllm_extra: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # facts about valid input (tasks not bundled)
 
     @property
     def task_names(self) -> list[str]:
@@ -125,19 +147,48 @@ def _num(path, fld, v, *, lo=None, hi=None, integer=False, allow_none=False):
         return None
     ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
     if isinstance(v, bool) or not ok_type:
-        raise ConfigError(path, fld, f"expected {'an integer' if integer else 'a number'}, got {v!r}")
+        hint = ""
+        if isinstance(v, str) and _float_text(v):
+            hint = f" (YAML 1.1 reads {v} as text: write it with a dot, e.g. {_with_dot(v)})"
+        raise ConfigError(path, fld, f"expected {'an integer' if integer else 'a number'}, got {_short(v)}{hint}")
+    if not math.isfinite(v):
+        raise ConfigError(path, fld, f"must be a finite number, got {_short(v)}")
     if lo is not None and v < lo:
-        raise ConfigError(path, fld, f"must be >= {lo}, got {v!r}")
+        raise ConfigError(path, fld, f"must be >= {lo}, got {_short(v)}")
     if hi is not None and v > hi:
-        raise ConfigError(path, fld, f"must be <= {hi}, got {v!r}")
+        raise ConfigError(path, fld, f"must be <= {hi}, got {_short(v)}")
     return v
+
+
+def _float_text(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return "e" in v.lower() and "." not in v.lower().split("e")[0]
+
+
+def _with_dot(v: str) -> str:
+    mantissa, _, exp = v.lower().partition("e")
+    return f"{mantissa}.0e{exp}"
+
+
+def check_limit(path, fld, v):
+    """lm-eval's `limit`: an item count (integer >= 1) or a fraction of the items (0 < limit < 1)."""
+    if v is None:
+        return None
+    if isinstance(v, float) and not isinstance(v, bool) and math.isfinite(v) and not 0 < v < 1:
+        raise ConfigError(path, fld, f"a fractional limit must be 0 < limit < 1 (an item count is an integer), got {_short(v)}")
+    if isinstance(v, float):
+        return _num(path, fld, v, lo=0)
+    return _num(path, fld, v, lo=1, hi=MAX_ITEMS, integer=True)
 
 
 def _str(path, fld, v, allow_none=False):
     if v is None and allow_none:
         return None
     if not isinstance(v, str) or not v:
-        raise ConfigError(path, fld, f"expected a non-empty string, got {v!r}")
+        raise ConfigError(path, fld, f"expected a non-empty string, got {_short(v)}")
     return v
 
 
@@ -146,18 +197,42 @@ def _mapping(path, fld, v, allowed):
         return {}
     if not isinstance(v, dict):
         raise ConfigError(path, fld, f"expected a mapping, got {type(v).__name__}")
-    extra = sorted(set(v) - allowed)
+    extra = sorted(set(v) - allowed, key=str)
     if extra:
-        raise ConfigError(path, f"{fld}.{extra[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        raise ConfigError(path, f"{fld}.{_key(extra[0])}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    return v
+
+
+def _choice(path, fld, v, allowed, what, allow_none=False):
+    if v is None and allow_none:
+        return None
+    if not isinstance(v, str) or v not in allowed:
+        raise ConfigError(path, fld, f"unknown {what} {_short(v)}; known: {', '.join(allowed)}")
     return v
 
 
 def _scheme(path, fld, v, allow_none=False):
-    if v is None and allow_none:
-        return None
-    if v not in SCHEMES:
-        raise ConfigError(path, fld, f"unknown scheme {v!r}; known: {', '.join(SCHEMES)}")
-    return v
+    return _choice(path, fld, v, SCHEMES, "scheme", allow_none)
+
+
+def _vllm_fields(path, data) -> None:
+    """Types of the vLLM keys the harness reads or reports (the rest are vLLM's business)."""
+    if "batch_size" in data and data["batch_size"] != "auto":
+        _num(path, "batch_size", data["batch_size"], lo=1, hi=MAX_BATCH, integer=True)
+    if "seed" in data:
+        _num(path, "seed", data["seed"], lo=0, hi=SEED_MAX, integer=True)
+    for key in ("max_model_len", "tensor_parallel_size", "max_num_seqs"):
+        if key in data and data[key] is not None:
+            _num(path, key, data[key], lo=1, hi=2**31 - 1, integer=True)
+    env_vars = data.get("env_vars")
+    if env_vars is not None and (not isinstance(env_vars, dict) or not all(isinstance(k, str) for k in env_vars)):
+        raise ConfigError(path, "env_vars", f"expected a mapping NAME -> value, got {_short(env_vars)}")
+    arch = data.get("required_gpu_arch")
+    if arch is not None and (not isinstance(arch, list) or not all(isinstance(a, str) for a in arch)):
+        raise ConfigError(path, "required_gpu_arch", f"expected a list of GPU arch names (gfx942, ...), got {_short(arch)}")
+    for key in ("moe_backend", "tokenizer_mode", "rocm_safetensors_load_strategy"):
+        if data.get(key) is not None:
+            _str(path, key, data[key])
 
 
 def parse(data, path="<config>") -> AccuracyConfig:
@@ -165,21 +240,27 @@ def parse(data, path="<config>") -> AccuracyConfig:
         raise ConfigError(path, "<top>", f"expected a mapping, got {type(data).__name__}")
     model_name = _str(path, "model_name", data.get("model_name"))
     raw_tasks = data.get("tasks")
+    if "tasks" not in data:
+        raise ConfigError(path, "tasks", "missing (a list of {name, metrics})")
     if not isinstance(raw_tasks, list) or not raw_tasks:
-        raise ConfigError(path, "tasks", f"expected a non-empty list, got {raw_tasks!r}")
+        raise ConfigError(path, "tasks", f"expected a non-empty list, got {_short(raw_tasks)}")
+    if len(raw_tasks) > MAX_TASKS:
+        raise ConfigError(path, "tasks", f"{len(raw_tasks)} tasks; at most {MAX_TASKS}")
     tasks = []
     for i, t in enumerate(raw_tasks):
         if not isinstance(t, dict):
-            raise ConfigError(path, f"tasks[{i}]", f"expected a mapping, got {t!r}")
+            raise ConfigError(path, f"tasks[{i}]", f"expected a mapping, got {_short(t)}")
         name = _str(path, f"tasks[{i}].name", t.get("name"))
         metrics_raw = t.get("metrics")
         if not isinstance(metrics_raw, list) or not metrics_raw:
-            raise ConfigError(path, f"tasks[{i}].metrics", f"expected a non-empty list, got {metrics_raw!r}")
+            raise ConfigError(path, f"tasks[{i}].metrics", f"expected a non-empty list, got {_short(metrics_raw)}")
+        if len(metrics_raw) > MAX_METRICS:
+            raise ConfigError(path, f"tasks[{i}].metrics", f"{len(metrics_raw)} metrics; at most {MAX_METRICS}")
         metrics = []
         for j, m in enumerate(metrics_raw):
             fld = f"tasks[{i}].metrics[{j}]"
             if not isinstance(m, dict):
-                raise ConfigError(path, fld, f"expected a mapping, got {m!r}")
+                raise ConfigError(path, fld, f"expected a mapping, got {_short(m)}")
             mname = _str(path, f"{fld}.name", m.get("name"))
             if "value" not in m:
                 raise ConfigError(path, f"{fld}.value", "missing (use null to record without a reference)")
@@ -189,11 +270,13 @@ def parse(data, path="<config>") -> AccuracyConfig:
     cfg = AccuracyConfig(
         path=str(path), model_name=model_name, tasks=tasks,
         rtol=_num(path, "rtol", data.get("rtol", DEFAULT_RTOL), lo=0, hi=1),
-        limit=_num(path, "limit", data.get("limit"), lo=1, integer=True, allow_none=True),
-        num_fewshot=_num(path, "num_fewshot", data.get("num_fewshot"), lo=0, integer=True, allow_none=True),
+        limit=check_limit(path, "limit", data.get("limit")),
+        num_fewshot=_num(path, "num_fewshot", data.get("num_fewshot"), lo=0, hi=MAX_FEWSHOT, integer=True,
+                         allow_none=True),
     )
-    for key in sorted(set(data) - VLLM_KEYS - {"harness"}):
-        cfg.warnings.append(f"{path}: {key}: unknown top-level key, ignored")
+    _vllm_fields(path, data)
+    for key in sorted(set(data) - VLLM_KEYS - {"harness"}, key=str):
+        cfg.warnings.append(f"{path}: {_key(key)}: unknown top-level key, ignored")
     cfg.vllm_extra = {k: v for k, v in data.items() if k in VLLM_KEYS
                       and k not in ("model_name", "tasks", "limit", "num_fewshot", "rtol")}
     if "batch_size" in cfg.vllm_extra and isinstance(cfg.vllm_extra["batch_size"], int):
@@ -201,27 +284,50 @@ def parse(data, path="<config>") -> AccuracyConfig:
     h = _mapping(path, "harness", data.get("harness"), HARNESS_KEYS)
     cfg.scheme = _scheme(path, "harness.scheme", h.get("scheme"), allow_none=True)
     cfg.baseline_scheme = _scheme(path, "harness.baseline_scheme", h.get("baseline_scheme", "bf16"))
-    cfg.backend = _str(path, "harness.backend", h.get("backend", "unfused"))
-    cfg.dtype = _str(path, "harness.dtype", h.get("dtype", "auto"))
-    if cfg.dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise ConfigError(path, "harness.dtype", f"expected auto|float32|bfloat16|float16, got {cfg.dtype!r}")
+    cfg.backend = _choice(path, "harness.backend", h.get("backend", "unfused"), EXPERT_BACKENDS, "experts backend")
+    cfg.dtype = _choice(path, "harness.dtype", h.get("dtype", "auto"), DTYPES, "dtype")
     cfg.device = _str(path, "harness.device", h.get("device"), allow_none=True)
-    cfg.batch_size = _num(path, "harness.batch_size", h.get("batch_size", cfg.batch_size), lo=1, integer=True)
+    if cfg.device is not None:
+        try:
+            devices.check_name(cfg.device)
+        except devices.DeviceError as e:
+            raise ConfigError(path, "harness.device", str(e)) from None
+    cfg.batch_size = _num(path, "harness.batch_size", h.get("batch_size", cfg.batch_size), lo=1, hi=MAX_BATCH,
+                          integer=True)
     cfg.model_dir = _str(path, "harness.model_dir", h.get("model_dir"), allow_none=True)
     cfg.model_dir_env = _str(path, "harness.model_dir_env", h.get("model_dir_env"), allow_none=True)
     cfg.model_subdir = _str(path, "harness.model_subdir", h.get("model_subdir"), allow_none=True)
-    cfg.seed = _num(path, "harness.seed", h.get("seed", 0), integer=True, lo=0)
+    cfg.seed = _num(path, "harness.seed", h.get("seed", 0), integer=True, lo=0, hi=SEED_MAX)
     cfg.description = h.get("description", "") or ""
+    if not isinstance(cfg.description, str):
+        raise ConfigError(path, "harness.description", f"expected a string, got {_short(cfg.description)}")
     calib = _mapping(path, "harness.calibration", h.get("calibration"), CALIB_KEYS)
-    cfg.calibration = {k: _num(path, f"harness.calibration.{k}", v, integer=True, lo=1) for k, v in calib.items()}
+    cfg.calibration = {k: _num(path, f"harness.calibration.{k}", v, integer=True, lo=0 if k == "seed" else 1,
+                               hi=SEED_MAX if k == "seed" else MAX_ITEMS) for k, v in calib.items()}
     gates = _mapping(path, "harness.gates", h.get("gates"), GATE_KEYS)
     one = gates.get("one_sided", True)
     if not isinstance(one, bool):
-        raise ConfigError(path, "harness.gates.one_sided", f"expected true/false, got {one!r}")
+        raise ConfigError(path, "harness.gates.one_sided", f"expected true/false, got {_short(one)}")
     cfg.one_sided = one
     cfg.paired = _parse_paired(path, gates.get("paired", {}))
+    _check_paired_names(path, cfg)
     cfg.kl = _parse_kl(path, gates.get("kl"), cfg)
     return cfg
+
+
+def _check_paired_names(path, cfg: AccuracyConfig) -> None:
+    """A misspelt 'task:metric' would leave an allowance unused or gate nothing: refuse it."""
+    if cfg.paired is None:
+        return
+    fld = "harness.gates.paired"
+    configured = {f"{t.name}:{m.name}" for t in cfg.tasks for m in t.metrics}
+    for m in cfg.paired.metrics or []:
+        if m.split(":", 1)[0] not in cfg.task_names:
+            raise ConfigError(path, f"{fld}.metrics", f"{_short(m)} names no task of the config {cfg.task_names}")
+    for key in cfg.paired.allowances:
+        if key not in configured and key not in (cfg.paired.metrics or []):
+            raise ConfigError(path, f"{fld}.allowances.{_key(key)}",
+                              f"not a 'task:metric' of the config ({', '.join(sorted(configured))})")
 
 
 def _parse_paired(path, raw) -> PairedSpec | None:
@@ -238,19 +344,19 @@ def _parse_paired(path, raw) -> PairedSpec | None:
             raise ConfigError(path, f"{fld}.allowances", "expected a mapping 'task:metric' -> number")
         for key, v in raw_a.items():
             if not isinstance(key, str) or ":" not in key:
-                raise ConfigError(path, f"{fld}.allowances", f"key {key!r} is not 'task:metric'")
+                raise ConfigError(path, f"{fld}.allowances", f"key {_short(key)} is not 'task:metric'")
             task, metric = key.split(":", 1)
-            spec.allowances[f"{task}:{_metric_name(metric)}"] = _num(path, f"{fld}.allowances.{key}", v, lo=0, hi=1)
+            spec.allowances[f"{task}:{_metric_name(metric)}"] = _num(path, f"{fld}.allowances.{_key(key)}", v, lo=0, hi=1)
     if "confidence" in p:
         spec.confidence = _num(path, f"{fld}.confidence", p["confidence"], lo=0.5, hi=0.9999)
     if "method" in p:
         if p["method"] not in ("bootstrap", "mcnemar"):
-            raise ConfigError(path, f"{fld}.method", f"expected bootstrap|mcnemar, got {p['method']!r}")
+            raise ConfigError(path, f"{fld}.method", f"expected bootstrap|mcnemar, got {_short(p['method'])}")
         spec.method = p["method"]
     if "resamples" in p:
-        spec.resamples = _num(path, f"{fld}.resamples", p["resamples"], lo=100, integer=True)
+        spec.resamples = _num(path, f"{fld}.resamples", p["resamples"], lo=100, hi=MAX_RESAMPLES, integer=True)
     if "seed" in p:
-        spec.seed = _num(path, f"{fld}.seed", p["seed"], lo=0, integer=True)
+        spec.seed = _num(path, f"{fld}.seed", p["seed"], lo=0, hi=SEED_MAX, integer=True)
     if "metrics" in p:
         if not isinstance(p["metrics"], list) or not all(isinstance(m, str) and ":" in m for m in p["metrics"]):
             raise ConfigError(path, f"{fld}.metrics", "expected a list of 'task:metric' strings")
@@ -264,24 +370,65 @@ def _parse_kl(path, raw, cfg: AccuracyConfig) -> KLSpec | None:
     k = _mapping(path, "harness.gates.kl", raw, KL_KEYS)
     task = _str(path, "harness.gates.kl.task", k.get("task"))
     if task not in cfg.task_names:
-        raise ConfigError(path, "harness.gates.kl.task", f"{task!r} is not one of the config's tasks {cfg.task_names}")
+        raise ConfigError(path, "harness.gates.kl.task", f"{_short(task)} is not one of the config's tasks {cfg.task_names}")
     return KLSpec(task=task, max=_num(path, "harness.gates.kl.max", k.get("max"), lo=0, allow_none=True),
-                  docs=_num(path, "harness.gates.kl.docs", k.get("docs"), lo=1, integer=True, allow_none=True),
+                  docs=_num(path, "harness.gates.kl.docs", k.get("docs"), lo=1, hi=MAX_ITEMS, integer=True,
+                            allow_none=True),
                   oracle="oracle_max" in k,
                   oracle_max=_num(path, "harness.gates.kl.oracle_max", k.get("oracle_max"), lo=0, allow_none=True))
 
 
 def load(path) -> AccuracyConfig:
-    path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(path, "<file>", f"cannot read: {e.strerror or e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(path, "<yaml>", f"not valid YAML: {e}") from None
-    return parse(data, path)
+        loaded = safe_yaml.load(path, duplicates="warn")
+    except safe_yaml.YAMLInputError as e:
+        raise ConfigError(e.path, e.part, e.problem) from None
+    cfg = parse(loaded.data, path)
+    cfg.warnings[:0] = loaded.warnings
+    check_tasks(cfg)
+    return cfg
+
+
+def check_tasks(cfg: AccuracyConfig) -> None:
+    """Task names against the bundled tasks (what a run evaluates) and lm-eval's task files.
+
+    A name neither knows is an error. A name only lm-eval knows (vLLM's configs:
+    gsm8k, ...) gets a note: the config is valid, but the harness loads bundled
+    tasks only, so a run that finds the checkpoint would fail on it."""
+    from . import task_names
+
+    local = task_names.bundled()
+    other = [n for n in cfg.task_names if n not in local]
+    if not other:
+        return
+    known = task_names.in_registry(other)
+    for i, t in enumerate(cfg.tasks):
+        if t.name in local:
+            continue
+        if known is None:
+            cfg.notes.append(f"{cfg.path}: tasks[{i}].name: {_short(t.name)} is not a bundled task and lm-eval is "
+                                "not installed to check it")
+        elif not known[t.name]:
+            raise ConfigError(cfg.path, f"tasks[{i}].name", f"unknown task {_short(t.name)}: not a bundled task "
+                              f"({', '.join(sorted(local))}) and not in lm-eval's task files")
+        else:
+            cfg.notes.append(f"{cfg.path}: tasks[{i}].name: {t.name!r} is an lm-eval task, not a bundled one "
+                                f"(suites/lm_eval/tasks); the harness evaluates bundled tasks only")
+
+
+def _key(k) -> str:
+    """A mapping key as it may appear in a one-line field name."""
+    return k if isinstance(k, str) and k.isprintable() and len(k) <= 60 else _short(k)
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 2, 4, 4, 60, 60
+
+
+def _short(v, n: int = 60) -> str:
+    """A bounded repr: a value built from shared aliases may be huge once printed."""
+    text = _REPR.repr(v)
+    return text if len(text) <= n else text[:n] + "..."
 
 
 class ModelNotPresent(RuntimeError):

@@ -97,18 +97,27 @@ def _paired_metrics(cfg: AccuracyConfig, base_out: dict, scheme_out: dict) -> li
     return chosen
 
 
+def items_for(limit, available: int) -> int:
+    """How many items lm-eval takes for `limit` (a count, or a fraction 0 < limit < 1, rounded up as lm-eval does)."""
+    if not limit:
+        return available
+    if isinstance(limit, float) and limit < 1:
+        return math.ceil(available * limit)
+    return min(int(limit), available)
+
+
 def _rolling_texts(cfg: AccuracyConfig, limit) -> list[str]:
     """The KL task's documents, as lm-eval renders them (doc_to_target), first `limit`."""
     from lm_eval.tasks import get_task_dict
 
     task = get_task_dict([cfg.kl.task], tasks.task_manager())[cfg.kl.task]
     docs = list(task.test_docs() if task.has_test_docs() else task.validation_docs())
-    n = cfg.kl.docs or limit or len(docs)
+    n = cfg.kl.docs or items_for(limit, len(docs))
     return [task.doc_to_target(d) for d in docs[:n]]
 
 
 def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: str | None = None,
-               scheme: str | None = None, limit: int | None = None) -> dict:
+               scheme: str | None = None, limit: int | float | None = None) -> dict:
     """One config -> a result dict {name, passed, skipped, message, details, time, raw}."""
     t0 = time.perf_counter()
     session = session or Session()

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from harness.report import atomic_write_bytes, atomic_write_json, atomic_write_text, to_jsonable
+from .evaluate import items_for
 
 
 def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -103,8 +104,7 @@ def plot(path: Path, results: list[dict]) -> Path | None:
             v = r["details"]["metrics"].get(k, {}).get("scheme")
             if v is None:
                 continue
-            n = r["details"].get("limit") or 0
-            n = n or 600
+            n = items_for(r["details"].get("limit"), 600)  # the tiny tasks hold 600 items
             a, b = wilson(v, n)
             xs.append(i + (j - (len(acc_keys) - 1) / 2) * width)
             ys.append(v)

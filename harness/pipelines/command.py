@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     v = sub.add_parser("validate", help="Buildkite schema + harness lints")
     v.add_argument("files", nargs="+", metavar="FILE")
-    v.add_argument("--root", default=".", help="checkout the commands run in (default: .)")
+    v.add_argument("--root", default=None,
+                   help="checkout the commands run in (default: the git checkout holding each FILE, else .)")
 
     r = sub.add_parser("run", help="run a pipeline's steps for one target on this machine")
     r.add_argument("file", metavar="FILE")
@@ -39,8 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args) -> int:
     if args.pipeline_command == "validate":
-        return validate(args.files, Path(args.root))
+        return validate(args.files, Path(args.root) if args.root else None)
     if args.pipeline_command == "run":
+        if args.jobs < 1:
+            print(f"moe-harness pipeline run: --jobs {args.jobs}: must be >= 1", file=sys.stderr)
+            return 2
         return run(args)
     if args.pipeline_command == "junit-annotate":
         from .junit_annotate import annotate
@@ -49,22 +53,32 @@ def main(args) -> int:
     raise AssertionError(args.pipeline_command)
 
 
-def validate(files, root: Path) -> int:
-    bad = 0
+def checkout_of(path) -> Path:
+    """The git checkout a pipeline file belongs to (where its commands run), else the current folder."""
+    here = Path(path).resolve().parent
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d
+    return Path.cwd()
+
+
+def validate(files, root: Path | None = None) -> int:
+    """0 all clean; 1 schema or lint problems; 2 a file could not be read as a pipeline."""
+    unreadable = problems_found = 0
     for f in files:
         try:
             p = model.load(f)
         except model.PipelineError as exc:
             print(exc)
-            bad += 1
+            unreadable += 1
             continue
-        problems = schema.validate(p) + lints.lint(p, root)
+        problems = schema.validate(p) + lints.lint(p, root if root is not None else checkout_of(f))
         for prob in problems:
             print(f"{prob}  [{prob.check}]")
-        bad += bool(problems)
+        problems_found += bool(problems)
         if not problems:
             print(f"ok {f}: {len(p.command_steps)} command steps")
-    return 1 if bad else 0
+    return 2 if unreadable else (1 if problems_found else 0)
 
 
 def _git(root: Path, *argv) -> str | None:

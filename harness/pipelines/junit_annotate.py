@@ -7,13 +7,31 @@ pulled out of the failure text so the annotation shows it directly.
 from __future__ import annotations
 
 import glob
+import math
 import re
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness import report
+
+class JUnitError(ValueError):
+    """A JUnit file that parses but holds a value no report can carry; one line naming file and test."""
+
+
+def _seconds(path: Path, name: str, text) -> float:
+    if text in (None, ""):
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise JUnitError(f"{path}: testcase {name!r}: time={text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise JUnitError(f"{path}: testcase {name!r}: time={text!r} is not a finite, non-negative number of seconds")
+    return value
+
 
 _FALSIFYING = re.compile(r"^.*Falsifying (?:explicit )?example:.*$", re.M)
 
@@ -46,7 +64,7 @@ def read_cases(path: Path) -> list[dict]:
             bad = case.find("error")
         skipped = case.find("skipped") is not None
         r = {"name": name, "passed": bad is None, "skipped": skipped and bad is None,
-             "time": float(case.get("time") or 0.0), "details": {"file": str(path)}}
+             "time": _seconds(path, name, case.get("time")), "details": {"file": str(path)}}
         if bad is not None:
             text = bad.text or ""
             r["message"] = bad.get("message") or "failed"
@@ -67,7 +85,11 @@ def collect(patterns: list[str]) -> tuple[list[Path], list[dict]]:
 
 
 def annotate(patterns: list[str], context: str = "junit", reports_root="reports") -> int:
-    files, results = collect(patterns)
+    try:
+        files, results = collect(patterns)
+    except JUnitError as exc:
+        print(f"moe-harness pipeline junit-annotate: {exc}", file=sys.stderr)
+        return 2
     failed = [r for r in results if not r["passed"]]
     title = f"JUnit: {len(failed)} failed of {len(results)} tests in {len(files)} files"
     meta = {"files": len(files)}

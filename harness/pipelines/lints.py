@@ -11,8 +11,8 @@ import re
 import shlex
 from pathlib import Path
 
-from . import graph
-from .model import Pipeline, Step
+from . import graph, shell_refs
+from .model import Pipeline, Step, parallelism_problem
 from .schema import Problem
 from .targets import (
     RETRY_REQUIRED,
@@ -50,6 +50,9 @@ def required_fields(pipeline: Pipeline, root: Path) -> list[Problem]:
             bad(f"agents.queue: {s.queue!r} is not a known queue (cpu, cuda-*, rocm-*)")
         if not s.raw.get("artifact_paths"):
             bad("artifact_paths: missing (reports and JUnit XML must be uploaded)")
+        why = parallelism_problem(s)
+        if why:
+            bad(why)
     return out
 
 
@@ -110,62 +113,30 @@ def dependencies(pipeline: Pipeline, root: Path) -> list[Problem]:
 # ---- files a command names exist
 
 
-# Folders that commands create (virtualenv, outputs): names under them are not checked.
-OUTPUT_DIRS = {".venv", "reports", ".hypothesis", ".pytest_cache"}
-FILE_EXTS = (".py", ".sh", ".yaml", ".yml", ".json", ".jsonl", ".toml", ".cfg", ".txt")
-
-
-def _words(command: str) -> list[str]:
-    """Shell words, with VAR=value assignments and --opt=value split open."""
-    out = []
-    for w in shlex.split(command, comments=True):
-        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w):  # PYTEST_ARGS="suites/x --junitxml=..."
-            value = w.split("=", 1)[1]
-            try:
-                out.extend(_words(value))
-            except ValueError:
-                pass
-            continue
-        if w.startswith("--") and "=" in w:
-            w = w.split("=", 1)[1]
-        out.append(w)
-    return out
-
-
-def _path_refs(command: str, root: Path) -> list[str]:
-    refs = []
-    for w in _words(command):
-        if not w or w.startswith("-") or "$" in w or "://" in w or any(c.isspace() for c in w):
-            continue
-        w = w.split("::", 1)[0]  # pytest node id
-        first = w.split("/", 1)[0]
-        if first in OUTPUT_DIRS:
-            continue
-        if "/" in w and ((root / first).exists() or w.endswith(FILE_EXTS)):
-            refs.append(w)
-        elif "/" not in w and w.endswith((".py", ".sh")):
-            refs.append(w)
-    return refs
+def _first_match(pattern: str, root: Path) -> bool:
+    """Does the glob match a file under `root`? Stops at the first match; the
+    pattern is relative and does not leave the checkout (shell_refs drops the rest)."""
+    return next(glob.iglob(pattern, root_dir=root, recursive=True), None) is not None
 
 
 def referenced_files(pipeline: Pipeline, root: Path) -> list[Problem]:
     out = []
+    root = Path(root).resolve()
     for s in pipeline.command_steps:
-        for c in s.commands:
-            try:
-                refs = _path_refs(c, root)
-                configs = set(_eval_configs(c))  # the lm-eval lint reports those
-            except ValueError as exc:
-                out.append(_p(pipeline, s, "files", f"command is not valid shell ({exc}): {c!r}"))
+        try:
+            refs = shell_refs.path_refs(s.commands)
+            configs = {c for cmd in s.commands for c in _eval_configs(cmd)}  # the lm-eval lint reports those
+        except ValueError as exc:
+            out.append(_p(pipeline, s, "files", f"command is not valid shell ({exc}): {s.commands!r}"))
+            continue
+        for ref in refs:
+            if ref in configs:
                 continue
-            for ref in refs:
-                if ref in configs:
-                    continue
-                if glob.has_magic(ref):
-                    if not glob.glob(str(root / ref), recursive=True):
-                        out.append(_p(pipeline, s, "files", f"command names {ref!r}, which matches no file"))
-                elif not (root / ref).exists():
-                    out.append(_p(pipeline, s, "files", f"command names {ref!r}, which does not exist"))
+            if glob.has_magic(ref):
+                if not _first_match(ref, root):
+                    out.append(_p(pipeline, s, "files", f"command names {ref!r}, which matches no file"))
+            elif not (root / ref).exists():
+                out.append(_p(pipeline, s, "files", f"command names {ref!r}, which does not exist"))
     return out
 
 
@@ -245,7 +216,11 @@ def rocm_arch(pipeline: Pipeline, root: Path) -> list[Problem]:
         if target_of(s.queue) != "rocm":
             continue
         arch = {**pipeline.env, **s.env}.get("PYTORCH_ROCM_ARCH")
-        if arch != ROCM_ARCH:
+        if arch is None:
+            out.append(_p(pipeline, s, "rocm-arch",
+                          f"env.PYTORCH_ROCM_ARCH is not set (neither in the step's env nor the pipeline's); "
+                          f"ROCm steps must JIT-build for {ROCM_ARCH!r} only"))
+        elif arch != ROCM_ARCH:
             out.append(_p(pipeline, s, "rocm-arch",
                           f"env.PYTORCH_ROCM_ARCH is {arch!r}; ROCm steps must JIT-build for {ROCM_ARCH!r} only"))
     return out

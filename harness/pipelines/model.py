@@ -1,6 +1,8 @@
 """A Buildkite pipeline file as data: steps flattened out of groups, each with its place in the file.
 
-Only reads YAML; knows nothing of targets, lints or running.
+Only reads YAML (through harness.safe_yaml: size, depth, node and alias
+limits; a key written twice is an error, as Buildkite makes it); knows
+nothing of targets, lints or running.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from harness import safe_yaml
 
 STEP_KINDS = ("command", "wait", "block", "input", "trigger", "group")
 
@@ -125,6 +127,16 @@ class Pipeline:
         return {s.key: s for s in self.steps if s.key}
 
 
+def parallelism_problem(step: Step) -> str | None:
+    """Buildkite's schema takes any integer; 0 or less would create no job and pass silently."""
+    if "parallelism" not in step.raw:
+        return None
+    p = step.raw["parallelism"]
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+        return f"parallelism: {p!r}; must be an integer >= 1 (0 or less runs no job)"
+    return None
+
+
 def step_kind(raw: Any) -> str:
     if isinstance(raw, str):
         return raw if raw in ("wait", "block", "input", "waiter") else "unknown"
@@ -156,9 +168,11 @@ def parse(doc: Any, path: Path, text: str = "") -> Pipeline:
         doc = {"steps": doc}
     if not isinstance(doc, dict):
         raise PipelineError(f"{path}: the file must be a mapping with `steps`, not {type(doc).__name__}")
+    if "steps" not in doc:
+        raise PipelineError(f"{path}: `steps` is missing (a pipeline is a mapping with a `steps` list)")
     steps = doc.get("steps")
     if not isinstance(steps, list):
-        raise PipelineError(f"{path}: `steps` must be a list")
+        raise PipelineError(f"{path}: `steps` must be a list, not {type(steps).__name__}")
     top = []
     for i, raw in enumerate(steps):
         step = _make_step(raw, f"steps[{i}]", None)
@@ -173,11 +187,7 @@ def parse(doc: Any, path: Path, text: str = "") -> Pipeline:
 def load(path) -> Pipeline:
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PipelineError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PipelineError(f"{path}: not valid YAML: {exc}") from exc
-    return parse(doc, path, text)
+        loaded = safe_yaml.load(path, duplicates="error")
+    except safe_yaml.YAMLInputError as exc:
+        raise PipelineError(str(exc)) from None
+    return parse(loaded.data, path, loaded.text)

@@ -110,6 +110,9 @@ def _decide(path, s: model.Step, target, only, values) -> Decision:
         return Decision(s, False, f"other target ({s.queue})")
     if only and s.key not in only:
         return Decision(s, False, "not selected with --step")
+    why = model.parallelism_problem(s)
+    if why:
+        refuse("parallelism", why.split(": ", 1)[1])
     for unsupported in ("plugins", "matrix"):
         if s.raw.get(unsupported):
             refuse(unsupported, f"steps with {unsupported} cannot be run locally")
