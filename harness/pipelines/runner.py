@@ -268,21 +268,23 @@ class Runner:
         pipe.close()
 
     def _stop(self, proc) -> str:
-        """SIGTERM the job's process group, SIGKILL after the grace period, like an agent cancel."""
+        """SIGTERM the job's process group, SIGKILL what is left of it after the grace period,
+        like an agent cancel; returns once no process of the group is alive."""
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
-            return "SIGTERM"
-        try:
-            proc.wait(timeout=self.opts.grace)
-            return "SIGTERM"
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            return "SIGKILL"
+            pass
+        end = time.monotonic() + self.opts.grace
+        while interrupt.group_alive(proc.pid) and time.monotonic() < end:
+            time.sleep(0.02)
+        used = "SIGTERM"
+        if interrupt.group_alive(proc.pid):
+            used = "SIGKILL"
+            survivors = interrupt.kill_group(proc.pid)
+            if survivors:
+                print(f"moe-harness pipeline run: processes {survivors} survived SIGKILL", file=sys.stderr, flush=True)
+        proc.wait()
+        return used
 
     # -- one job: attempts until it passes or no retry rule allows another
 
