@@ -108,7 +108,10 @@ def _status(r: dict) -> str:
 
 def _print_row(section: str, r: dict):
     details = r.get("details") or {}
-    brief = ", ".join(f"{k}={_brief(v)}" for k, v in list(details.items())[:4])
+    if r.get("message") and (not r.get("passed") or "gates" in details):
+        brief = str(r["message"]).splitlines()[0][:200]  # a failure's reason; an lm-eval run's gate verdict
+    else:
+        brief = ", ".join(f"{k}={_brief(v)}" for k, v in list(details.items())[:4])
     took = f"  ({r['time']:.1f}s)" if isinstance(r.get("time"), (int, float)) else ""
     print(f"{_status(r):4}  {section:8}  {r['name']:<48} {brief}{took}", flush=True)
 

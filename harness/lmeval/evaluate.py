@@ -108,13 +108,12 @@ def _rolling_texts(cfg: AccuracyConfig, limit) -> list[str]:
 
 
 def _items_line(name: str, what: str, out: dict, seconds: float) -> str:
-    """'name: what task done/total items, rate' from lm-eval's n-samples (effective of original)."""
-    parts = []
-    for task, n in (out.get("n-samples") or {}).items():
-        done, total = n.get("effective"), n.get("original")
-        rate = f", {done / seconds:.1f} items/s" if done and seconds > 0 else ""
-        parts.append(f"{task} {done}/{total} items{rate}")
-    return f"      {name}: {what} " + ("; ".join(parts) or "no items") + f" in {seconds:.1f}s"
+    """'name: what task done/total, ... items, rate' from lm-eval's n-samples (effective of original)."""
+    counts = {task: (n.get("effective") or 0, n.get("original")) for task, n in (out.get("n-samples") or {}).items()}
+    done = sum(d for d, _ in counts.values())
+    tasks = ", ".join(f"{task} {d}/{t}" for task, (d, t) in counts.items()) or "no tasks"
+    rate = f", {done / seconds:.1f} items/s" if done and seconds > 0 else ""
+    return f"      {name}: {what} {tasks} items{rate} in {seconds:.1f}s"
 
 
 def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: str | None = None,

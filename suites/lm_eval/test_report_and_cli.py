@@ -75,9 +75,8 @@ def test_progress_line_names_task_items_and_rate():
     from harness.lmeval.evaluate import _items_line
 
     out = {"n-samples": {"arc_easy": {"original": 2376, "effective": 200}, "hellaswag": {"original": 50, "effective": 50}}}
-    assert _items_line("lm_eval/tiny-nvfp4", "nvfp4", out, 4.0) == (
-        "      lm_eval/tiny-nvfp4: nvfp4 arc_easy 200/2376 items, 50.0 items/s; "
-        "hellaswag 50/50 items, 12.5 items/s in 4.0s")
+    assert _items_line("lm_eval/tiny-nvfp4", "nvfp4", out, 5.0) == (
+        "      lm_eval/tiny-nvfp4: nvfp4 arc_easy 200/2376, hellaswag 50/50 items, 50.0 items/s in 5.0s")
 
 
 def test_run_puts_the_lm_eval_cache_under_the_chosen_reports(monkeypatch, tmp_path):

@@ -103,7 +103,7 @@ def test_every_check_is_on_disk_before_the_next_starts_and_noise_goes_to_the_log
     folder, data = _report(tmp_path)
     assert data["meta"]["finished"] is True and data["meta"]["interrupted"] is False
     # verdicts as they finish, with the time a check took; the progress line; the user's warning
-    assert "PASS  formats   fake/ok" in out and "FAIL  formats   fake/bad" in out
+    assert "PASS  formats   fake/ok" in out and "FAIL  formats   fake/bad" in out and "wrong on purpose" in out
     assert "PASS  lmeval    fake/lmeval" in out and "(0.2s)" in out
     assert "fake progress: task 3/3 items" in out
     assert "your config sets something odd" in err
