@@ -117,3 +117,5 @@ def to_log(path, enabled: bool = True):
             os.close(saved_fd2)
             screen_err.close()
             log.close()
+            if path.stat().st_size == 0:
+                path.unlink()  # nothing was said: no empty file to wonder about
