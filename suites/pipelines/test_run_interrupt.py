@@ -133,3 +133,16 @@ def test_quiet_and_verbose_exclude_each_other(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.build_parser(["run"]).parse_args(["run", "--quiet", "--verbose"])
     assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_what_counts_as_third_party():
+    import sysconfig
+
+    from harness import noise
+
+    site = sysconfig.get_paths()["purelib"]
+    assert noise.is_third_party_file(os.path.join(site, "torchao", "__init__.py"))
+    assert noise.is_third_party_file(os.path.join(sysconfig.get_paths()["stdlib"], "warnings.py"))
+    assert noise.is_third_party_file("<frozen importlib._bootstrap>")
+    assert not noise.is_third_party_file(str(REPO / "harness" / "lmeval" / "config.py"))
+    assert not noise.is_third_party_file("/home/someone/my_eval_script.py")  # the user's own code
