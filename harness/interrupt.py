@@ -47,20 +47,31 @@ def signal_name(exc: BaseException) -> str:
     return exc.name if isinstance(exc, Interrupted) else "SIGINT"
 
 
+class _Guard:
+    def __init__(self):
+        self.fired: list[int] = []
+        self.shielded = False
+
+    def shield(self):
+        """From now on signals are only noted: the run's last writes are not cut in half."""
+        self.shielded = True
+
+
 @contextmanager
 def catch_signals():
-    """Inside: SIGINT/SIGTERM raise Interrupted once; later ones are ignored."""
-    fired = []
+    """Inside: SIGINT/SIGTERM raise Interrupted once; later ones (or any after
+    `guard.shield()`) are noted in `guard.fired` and otherwise ignored."""
+    guard = _Guard()
 
     def handler(signum, frame):
-        if fired:
-            return
-        fired.append(signum)
-        raise Interrupted(signum)
+        first = not guard.fired
+        guard.fired.append(signum)
+        if first and not guard.shielded:
+            raise Interrupted(signum)
 
     old = {s: signal.signal(s, handler) for s in SIGNALS}
     try:
-        yield fired
+        yield guard
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -156,11 +156,12 @@ def main(args) -> int:
     log_path = rd.path / "third_party.log"
     say(f"moe-harness run: device {device}, seed {args.seed}, report {rd.path}")
     stop = None
-    with interrupt.catch_signals():
+    with interrupt.catch_signals() as guard:
         try:
             with noise.to_log(log_path, enabled=not verbose):
                 for section in sections:
                     _run_section(section, runners[section], ctx, lambda r, s=section: emit(r, s), meta, say)
+                guard.shield()
         except KeyboardInterrupt as exc:  # interrupt.Interrupted for SIGTERM too
             stop = exc
         results = rd._results

@@ -358,10 +358,11 @@ class Runner:
             "report": str(self.run_dir),
         }
         stop = None
-        with interrupt.catch_signals():
+        with interrupt.catch_signals() as guard:
             try:
                 for step in self.plan.graph.order:
                     self._run_step(step, meta)
+                guard.shield()
             except KeyboardInterrupt as exc:  # interrupt.Interrupted for SIGTERM too
                 stop = exc
                 meta = {**meta, **self._stop_everything(interrupt.signal_name(exc))}

@@ -146,3 +146,21 @@ def test_what_counts_as_third_party():
     assert noise.is_third_party_file("<frozen importlib._bootstrap>")
     assert not noise.is_third_party_file(str(REPO / "harness" / "lmeval" / "config.py"))
     assert not noise.is_third_party_file("/home/someone/my_eval_script.py")  # the user's own code
+
+
+def test_catch_signals_raises_once_then_only_notes():
+    from harness import interrupt
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with interrupt.catch_signals() as guard:
+        with pytest.raises(interrupt.Interrupted) as exc:
+            signal.raise_signal(signal.SIGTERM)
+        assert exc.value.exit_code == 143 and exc.value.name == "SIGTERM"
+        signal.raise_signal(signal.SIGINT)  # during cleanup: noted, not raised
+        assert guard.fired == [signal.SIGTERM, signal.SIGINT]
+    with interrupt.catch_signals() as guard:
+        guard.shield()  # the last report writes
+        signal.raise_signal(signal.SIGINT)
+        assert guard.fired == [signal.SIGINT]
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    assert interrupt.exit_code(KeyboardInterrupt()) == 130
