@@ -2,9 +2,12 @@
 
 Every file is written atomically (temporary file in the same folder, fsync,
 os.replace), so a reader -- or a run killed half way -- never sees a torn file:
-it sees the old content or the new one. `ReportDir.record` rewrites
-results.json after every finished check, so an interrupted run keeps what
-finished.
+it sees the old content or the new one. The temporary file lives in the
+target's own folder: a rename is atomic only within one filesystem.
+`ReportDir.record` rewrites results.json (and, given a title, summary.md and
+junit.xml) after every finished check, so an interrupted run keeps what
+finished. `latest` is replaced the same way: a new link made under a
+temporary name, then renamed over the old one.
 
 This module imports nothing of the project: every command can use it.
 """
@@ -180,15 +183,28 @@ class ReportDir:
             pass
         # Relative target: the reports folder stays valid when copied or mounted elsewhere.
         os.symlink(self.path.name, tmp)
-        os.replace(tmp, link)
+        try:
+            os.replace(tmp, link)
+        except BaseException:
+            # The old link is untouched; do not leave the new one lying about.
+            try:
+                tmp.unlink()
+            except FileNotFoundError:
+                pass
+            raise
         return link
 
     # -- incremental results (an interrupted run keeps what finished)
 
-    def record(self, result: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> None:
-        """Append one finished result and rewrite results.json at once."""
+    def record(self, result: Mapping[str, Any], meta: Mapping[str, Any] | None = None,
+               title: str | None = None, suite_name: str | None = None) -> None:
+        """Append one finished result and rewrite results.json at once; with a
+        `title`, summary.md and junit.xml too (all three always agree)."""
         self._results.append(dict(result))
-        self.write_json("results.json", {"meta": dict(meta or {}), "results": self._results})
+        if title is None:
+            self.write_json("results.json", {"meta": dict(meta or {}), "results": self._results})
+        else:
+            self.write_files(title, None, meta, suite_name)
 
     def write_report(
         self,
@@ -197,18 +213,30 @@ class ReportDir:
         meta: Mapping[str, Any] | None = None,
         suite_name: str | None = None,
     ) -> dict[str, Path]:
-        """Write results.json, summary.md and junit.xml for `results` (default: recorded ones)."""
+        """Write results.json, summary.md and junit.xml for `results` (default: recorded ones),
+        then upload to Test Engine (once, at the end of a run)."""
+        results = list(self._results if results is None else results)
+        written = self.write_files(title, results, meta, suite_name)
+        upload_test_engine(suite_name or title, [result_to_case(r) for r in results])
+        return written
+
+    def write_files(
+        self,
+        title: str,
+        results: Sequence[Mapping[str, Any]] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        suite_name: str | None = None,
+    ) -> dict[str, Path]:
+        """The three report files, each written atomically."""
         results = list(self._results if results is None else results)
         meta = dict(meta or {})
-        written = {
+        return {
             "results": self.write_json("results.json", {"meta": meta, "results": results}),
             "summary": self.write_text("summary.md", summary_markdown(title, results, meta)),
             "junit": self.write_text(
                 "junit.xml", junit_xml(suite_name or title, [result_to_case(r) for r in results])
             ),
         }
-        upload_test_engine(suite_name or title, [result_to_case(r) for r in results])
-        return written
 
 
 # --------------------------------------------------------------------------
@@ -332,6 +360,11 @@ def summary_markdown(
     if skipped:
         counts += f", {len(skipped)} skipped"
     out += [counts, ""]
+    meta = dict(meta or {})
+    if meta.get("interrupted"):
+        out += [f"**Interrupted** ({meta.get('signal') or 'signal'}): only the checks that finished are listed.", ""]
+    elif meta.get("finished") is False:
+        out += ["**In progress**: the checks that have finished so far.", ""]
     if meta:
         out += ["| | |", "|---|---|"]
         out += [f"| {_cell(k)} | {_cell(v)} |" for k, v in meta.items()]

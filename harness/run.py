@@ -1,5 +1,6 @@
 """`moe-harness run`: the main job. Runs every check section on the default
-device (GPU if present, else CPU) with a seeded sample, prints a table, writes
+device (GPU if present, else CPU) with a seeded sample, prints each check's
+verdict the moment it finishes, writes
 reports/<timestamp>-run/{results.json,summary.md,junit.xml} atomically after
 every finished check, points reports/latest at it, and exits non-zero on any
 failure.
@@ -8,20 +9,35 @@ Sections (in order; each may be skipped with --skip, or chosen with --only):
     formats  reference numerics: error bound, idempotence, SQNR floors, device == CPU
     kernels  Triton kernels == reference, bit for bit (harness.kernels.checks)
     moe      emulated MoE vs the float64 reference per scheme (harness.moe.checks)
-    lmeval   tiny-model lm-eval for every scheme (harness.lmeval)
+    lmeval   tiny-model lm-eval for every scheme (harness.lmeval), one check per scheme
+
+Interruption (Ctrl-C, or SIGTERM from `timeout` or a CI agent): the report
+keeps every finished check and says "interrupted": true, `latest` moves to
+it, and the exit status is 130 (SIGINT) or 143 (SIGTERM).
+
+Output: third-party library noise (warnings, logs, progress bars of torch,
+torchao, transformers, lm-eval) goes to <report>/third_party.log; --verbose
+shows it on screen, --quiet prints only failures and the final summary.
+
+Test-only seam: HARNESS_RUN_TEST_SECTIONS=<module> replaces the named
+sections by the module's SECTIONS dict {section: fn(ctx, emit)}, so the
+signal tests (suites/pipelines/test_run_interrupt.py) drive the real main
+loop with tiny fake checks. Never set it for a real run.
 """
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import platform
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import torch
 
-from harness import report
+from harness import interrupt, noise, report
 from harness.formats import checks as format_checks
 
 SECTIONS = ("formats", "kernels", "moe", "lmeval")
@@ -33,29 +49,49 @@ def add_arguments(parser):
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
     parser.add_argument("--skip", action="append", choices=SECTIONS, default=[], help="skip these sections")
     parser.add_argument("--reports", default="reports", help="reports root folder")
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true", help="print only failed checks and the final summary")
+    loud.add_argument("-v", "--verbose", action="store_true",
+                      help="also show third-party library output (otherwise in <report>/third_party.log)")
 
 
-def _kernels_section(ctx):
+def _formats_section(ctx, emit):
+    for r in format_checks.run_checks(seed=ctx["seed"], device=ctx["device"]):
+        emit(r)
+
+
+def _kernels_section(ctx, emit):
     mod = importlib.import_module("harness.kernels.checks")
-    return mod.run_checks(seed=ctx["seed"], device=ctx["device"])
+    for r in mod.run_checks(seed=ctx["seed"], device=ctx["device"]):
+        emit(r)
 
 
-def _moe_section(ctx):
+def _moe_section(ctx, emit):
     mod = importlib.import_module("harness.moe.checks")
-    return mod.run_checks(seed=ctx["seed"], device=ctx["device"])
+    for r in mod.run_checks(seed=ctx["seed"], device=ctx["device"]):
+        emit(r)
 
 
-def _lmeval_section(ctx):
-    mod = importlib.import_module("harness.lmeval")
-    return mod.run_tiny_all_schemes(ctx["report_dir"])
+def _lmeval_section(ctx, emit):
+    # The hub/datasets cache belongs with the reports the user chose, not ./reports.
+    os.environ.setdefault("HARNESS_CACHE_DIR", str(ctx["reports_root"] / ".cache"))
+    mod = importlib.import_module("harness.lmeval.evaluate")
+    mod.run_tiny_all_schemes(ctx["report_dir"], on_result=emit, progress=ctx["progress"])
 
 
 RUNNERS = {
-    "formats": lambda ctx: format_checks.run_checks(seed=ctx["seed"], device=ctx["device"]),
+    "formats": _formats_section,
     "kernels": _kernels_section,
     "moe": _moe_section,
     "lmeval": _lmeval_section,
 }
+
+
+def _runners() -> dict:
+    fake = os.environ.get("HARNESS_RUN_TEST_SECTIONS")
+    if not fake:
+        return RUNNERS
+    return {**RUNNERS, **importlib.import_module(fake).SECTIONS}
 
 
 def _brief(v) -> str:
@@ -66,11 +102,18 @@ def _brief(v) -> str:
     return str(v)
 
 
+def _status(r: dict) -> str:
+    return "PASS" if r.get("passed") else ("SKIP" if r.get("skipped") else "FAIL")
+
+
 def _print_row(section: str, r: dict):
-    status = "PASS" if r.get("passed") else ("SKIP" if r.get("skipped") else "FAIL")
     details = r.get("details") or {}
-    brief = ", ".join(f"{k}={_brief(v)}" for k, v in list(details.items())[:4])
-    print(f"{status:4}  {section:8}  {r['name']:<48} {brief}", flush=True)
+    if r.get("message") and (not r.get("passed") or "gates" in details):
+        brief = str(r["message"]).splitlines()[0][:200]  # a failure's reason; an lm-eval run's gate verdict
+    else:
+        brief = ", ".join(f"{k}={_brief(v)}" for k, v in list(details.items())[:4])
+    took = f"  ({r['time']:.1f}s)" if isinstance(r.get("time"), (int, float)) else ""
+    print(f"{_status(r):4}  {section:8}  {r['name']:<48} {brief}{took}", flush=True)
 
 
 def _check_args(args) -> tuple[torch.device, list[str]]:
@@ -101,6 +144,7 @@ def main(args) -> int:
         "torch": torch.__version__,
         "sections": sections,
         "python": platform.python_version(),
+        "finished": False,
     }
     try:
         import triton
@@ -108,31 +152,71 @@ def main(args) -> int:
         meta["triton"] = triton.__version__
     except ImportError:
         meta["triton"] = None
-    ctx = {"seed": args.seed, "device": device, "report_dir": rd}
-    print(f"moe-harness run: device {device}, seed {args.seed}, report {rd.path}", flush=True)
-    results = []
-    for section in sections:
-        t0 = time.perf_counter()
-        try:
-            section_results = RUNNERS[section](ctx)
-        except ModuleNotFoundError as e:
-            # A section whose package is not built yet is reported, never hidden.
-            section_results = [{"name": f"{section}: not available", "passed": False,
-                                "message": f"{type(e).__name__}: {e}"}]
-        except Exception as e:  # one broken section must not lose the others' results
-            section_results = [{"name": f"{section}: crashed", "passed": False,
-                                "message": f"{type(e).__name__}: {e}",
-                                "details": {"traceback": traceback.format_exc()[-4000:]}}]
-        for r in section_results:
-            r = dict(r, section=section)
-            r.setdefault("details", {})
-            results.append(r)
-            rd.record(r, meta)
+    quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
+    title = suite = "moe-harness run"
+
+    def say(text: str):
+        if not quiet:
+            print(text, flush=True)
+
+    def emit(r, section):
+        r = dict(r, section=section)
+        r.setdefault("details", {})
+        rd.record(r, meta, title, suite)  # all three files, before the verdict is shown
+        if not quiet or _status(r) == "FAIL":
             _print_row(section, r)
-        meta.setdefault("section_seconds", {})[section] = round(time.perf_counter() - t0, 2)
-    failed = [r for r in results if not r.get("passed") and not r.get("skipped")]
-    meta["passed"] = not failed
-    rd.write_report("moe-harness run", results, meta, suite_name="moe-harness-run")
-    rd.update_latest()
+
+    ctx = {"seed": args.seed, "device": device, "report_dir": rd, "reports_root": Path(args.reports).resolve(),
+           "progress": say}
+    runners = _runners()
+    log_path = rd.path / "third_party.log"
+    say(f"moe-harness run: device {device}, seed {args.seed}, report {rd.path}")
+    stop = None
+    with interrupt.catch_signals() as guard:
+        try:
+            with noise.to_log(log_path, enabled=not verbose):
+                for section in sections:
+                    _run_section(section, runners[section], ctx, lambda r, s=section: emit(r, s), meta, say)
+                guard.shield()
+        except KeyboardInterrupt as exc:  # interrupt.Interrupted for SIGTERM too
+            stop = exc
+        results = rd._results
+        failed = [r for r in results if not r.get("passed") and not r.get("skipped")]
+        meta["passed"] = not failed and stop is None
+        meta["interrupted"] = stop is not None
+        if stop is not None:
+            meta["signal"] = interrupt.signal_name(stop)
+            rd.write_files(title, None, meta, suite)
+        else:
+            meta["finished"] = True
+            rd.write_report(title, None, meta, suite_name=suite)
+        rd.update_latest()
     print(f"\n{len(results) - len(failed)} passed, {len(failed)} failed -- report: {rd.path}/summary.md", flush=True)
+    if not verbose and log_path.exists() and log_path.stat().st_size:
+        print(f"third-party library output (warnings, logs, progress): {log_path}", flush=True)
+    if stop is not None:
+        print(f"moe-harness run: interrupted by {interrupt.signal_name(stop)} after {len(results)} checks; "
+              f"partial report: {rd.path}/summary.md", file=sys.stderr, flush=True)
+        return interrupt.exit_code(stop)
     return 1 if failed else 0
+
+
+def _run_section(section, runner, ctx, emit, meta, say):
+    t0 = time.perf_counter()
+    count = [0]
+
+    def counted(r):
+        count[0] += 1
+        emit(r)
+
+    try:
+        runner(ctx, counted)
+    except ModuleNotFoundError as e:
+        # A section whose package is not built yet is reported, never hidden.
+        counted({"name": f"{section}: not available", "passed": False, "message": f"{type(e).__name__}: {e}"})
+    except Exception as e:  # one broken section must not lose the others' results
+        counted({"name": f"{section}: crashed", "passed": False, "message": f"{type(e).__name__}: {e}",
+                 "details": {"traceback": traceback.format_exc()[-4000:]}})
+    seconds = round(time.perf_counter() - t0, 2)
+    meta.setdefault("section_seconds", {})[section] = seconds
+    say(f"      {section}: {count[0]} checks in {seconds:.1f}s")

@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="validate the config and print the plan; load nothing")
     parser.add_argument("--report-root", default="reports", help="where reports/<timestamp>-eval/ is made")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show third-party library output (otherwise in <report>/third_party.log)")
 
 
 def plan(cfg, args) -> dict:
@@ -103,24 +105,32 @@ def main(args) -> int:
     except ReportRootError as e:
         print(f"moe-harness eval: {e}", file=sys.stderr)
         return 2
+    from harness import noise
+    from harness.report import ReportDir
+
     from .evaluate import Session, run_config
 
+    # The hub/datasets cache belongs with the reports the user chose, not ./reports.
+    os.environ.setdefault("HARNESS_CACHE_DIR", os.path.join(os.path.abspath(args.report_root), ".cache"))
     session = Session(disable_tqdm=args.quiet)
-    result = run_config(cfg, session=session, model=args.model, scheme=args.scheme, limit=args.limit)
+    rd = ReportDir.create("eval", root=args.report_root) if the_plan["model_dir"] else None
+    log_path = rd.path / "third_party.log" if rd else None
+    with noise.to_log(log_path, enabled=rd is not None and not args.verbose):
+        result = run_config(cfg, session=session, model=args.model, scheme=args.scheme, limit=args.limit,
+                            progress=None if args.quiet else print)
     if result.get("skipped"):
         print(result["message"])
         return 3 if os.environ.get("HARNESS_REQUIRE_CHECKPOINT") == "1" else 0
-    from harness.report import ReportDir
-
     from .report import write_lm_eval_report
 
-    rd = ReportDir.create("eval", root=args.report_root)
     folder = write_lm_eval_report(rd, [result], title=f"lm-eval {cfg.path} [{result['details']['scheme']}]")
     for g in result["details"]["gates"]:
         status = "skip" if g.get("skipped") else ("PASS" if g["passed"] else "FAIL")
         print(f"{status:4s} {g['gate']:9s} {g['name']}: " + ", ".join(
             f"{k}={_short(v)}" for k, v in g["details"].items() if k not in ("rule",)))
     print(f"{'PASSED' if result['passed'] else 'FAILED'}: {result['message']}  (report: {folder})")
+    if log_path is not None and log_path.exists() and log_path.stat().st_size:
+        print(f"third-party library output (warnings, logs, progress): {log_path}")
     return 0 if result["passed"] else 1
 
 

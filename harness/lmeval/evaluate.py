@@ -116,9 +116,20 @@ def _rolling_texts(cfg: AccuracyConfig, limit) -> list[str]:
     return [task.doc_to_target(d) for d in docs[:n]]
 
 
+def _items_line(name: str, what: str, out: dict, seconds: float) -> str:
+    """'name: what task done/total, ... items, rate' from lm-eval's n-samples (effective of original)."""
+    counts = {task: (n.get("effective") or 0, n.get("original")) for task, n in (out.get("n-samples") or {}).items()}
+    done = sum(d for d, _ in counts.values())
+    tasks = ", ".join(f"{task} {d}/{t}" for task, (d, t) in counts.items()) or "no tasks"
+    rate = f", {done / seconds:.1f} items/s" if done and seconds > 0 else ""
+    return f"      {name}: {what} {tasks} items{rate} in {seconds:.1f}s"
+
+
 def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: str | None = None,
-               scheme: str | None = None, limit: int | float | None = None) -> dict:
-    """One config -> a result dict {name, passed, skipped, message, details, time, raw}."""
+               scheme: str | None = None, limit: int | float | None = None, progress=None) -> dict:
+    """One config -> a result dict {name, passed, skipped, message, details, time, raw}.
+    `progress(line)`, if given, hears one line per finished phase (items done/total, rate)."""
+    say = progress or (lambda line: None)
     t0 = time.perf_counter()
     session = session or Session()
     scheme = scheme or cfg.scheme or "bf16"
@@ -135,6 +146,7 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
     t = time.perf_counter()
     if bkey not in session.baselines:
         session.baselines[bkey] = _simple_evaluate(lm, cfg, limit, session.disable_tqdm)
+        say(_items_line(name, f"baseline {cfg.baseline_scheme}", session.baselines[bkey], time.perf_counter() - t))
     base_out = session.baselines[bkey]
     timings["baseline_s"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -143,6 +155,7 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
     else:
         lm.set_scheme(scheme)
         scheme_out = _simple_evaluate(lm, cfg, limit, session.disable_tqdm)
+        say(_items_line(name, scheme, scheme_out, time.perf_counter() - t))
     timings["scheme_s"] = time.perf_counter() - t
 
     results: list[gates.GateResult] = []
@@ -173,6 +186,8 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
         kl_info = mean_token_kl(lm, texts, cfg.baseline_scheme, scheme, batch_docs=bd,
                                 disable_tqdm=session.disable_tqdm)
         timings["kl_s"] = time.perf_counter() - t
+        say(f"      {name}: KL on {cfg.kl.task} {len(texts)} docs, {kl_info.get('n_tokens')} tokens "
+            f"in {timings['kl_s']:.1f}s")
         results.append(_kl_result(cfg.kl.task, "kl", kl_info, cfg.kl.max, "vs " + cfg.baseline_scheme))
         if cfg.kl.oracle and scheme != cfg.baseline_scheme and scheme != "bf16":
             t = time.perf_counter()
@@ -259,9 +274,11 @@ def _strip(out: dict) -> dict:
 
 
 def run_tiny_all_schemes(report_dir, limit: int | None = 200, schemes=None, session: Session | None = None,
-                         write: bool = True) -> list[dict]:
+                         write: bool = True, on_result=None, progress=None) -> list[dict]:
     """Every tiny-<scheme>.yaml config, one shared model and baseline; writes
-    <report_dir>/lm_eval/ (raw results, summary.md, plot) when `write`."""
+    <report_dir>/lm_eval/ (raw results, summary.md, plot) after each scheme when
+    `write`. Each scheme is one check: `on_result(result)` hears it the moment it
+    finishes, so an interrupted run keeps the schemes that finished."""
     from .builder import SCHEMES
 
     session = session or Session()
@@ -269,9 +286,15 @@ def run_tiny_all_schemes(report_dir, limit: int | None = 200, schemes=None, sess
     out = []
     for s in schemes:
         cfg = load(tiny_config_path(s))
-        out.append(run_config(cfg, session=session, limit=limit))
-    if write and report_dir is not None:
-        from .report import write_lm_eval_report
+        out.append(run_config(cfg, session=session, limit=limit, progress=progress))
+        if write and report_dir is not None:
+            from .report import write_lm_eval_report
 
-        write_lm_eval_report(report_dir, out, title="lm-eval: tiny-moe, every scheme")
-    return [{k: v for k, v in r.items() if k != "raw"} for r in out]
+            write_lm_eval_report(report_dir, out, title="lm-eval: tiny-moe, every scheme")
+        if on_result is not None:
+            on_result(_without_raw(out[-1]))
+    return [_without_raw(r) for r in out]
+
+
+def _without_raw(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k != "raw"}

@@ -19,7 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     v.add_argument("--root", default=None,
                    help="checkout the commands run in (default: the git checkout holding each FILE, else .)")
 
-    r = sub.add_parser("run", help="run a pipeline's steps for one target on this machine")
+    r = sub.add_parser(
+        "run", help="EXECUTE a pipeline's step commands for one target on this machine",
+        description="Executes the shell commands of the pipeline's steps (bash -e -c, in --root, with "
+                    "the step env) on this machine, as a Buildkite agent would: run only pipelines you "
+                    "trust, and use --dry-run first to see which steps would run. Ctrl-C or SIGTERM kills "
+                    "every running job and writes the report of those that finished (exit 130 / 143).")
     r.add_argument("file", metavar="FILE")
     r.add_argument("--target", required=True, choices=TARGETS)
     r.add_argument("--step", action="append", metavar="KEY", help="only this step (repeatable)")

@@ -7,6 +7,11 @@ agent sets (BUILDKITE_PARALLEL_JOB / _COUNT for `parallelism`), a
 process group gets SIGTERM, then SIGKILL; reported as exit status -1 like
 Buildkite), retry.automatic rules applied, soft_fail honoured, artifact_paths
 collected. Results go to a report folder through harness.report.
+
+SIGINT and SIGTERM (what `timeout` and CI agents send) stop the run the same
+way: every running job's process group is killed and waited for, no new job
+or retry starts, the report of the jobs that finished is written with
+"interrupted": true, `latest` moves to it, and the exit status is 130 / 143.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import report
+from harness import interrupt, report
 
 from .plan import Plan
 
@@ -126,7 +131,11 @@ class Runner:
         self.states: dict[int, str] = {}
         self._procs: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
+        self._stopping = False  # set once on interruption: no new process may start
+        self._running: dict[int, str] = {}  # pid -> job name, for the interrupted report
         self._broken: list = []  # command steps not run because a dependency failed
+        self._threads: list[threading.Thread] = []
+        self.title = f"{Path(plan.pipeline.path).name} on {plan.target}"
 
     # -- buildkite-agent stand-in
 
@@ -207,17 +216,22 @@ class Runner:
         with open(log_path, "wb") as log:
             log.write(f"$ {script}\n".encode())
             log.flush()
-            proc = subprocess.Popen(
-                ["/bin/bash", "-e", "-c", script],
-                cwd=self.root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: a timeout kills everything it started
-            )
+            # Started under the lock that the interruption takes: a job is either
+            # in _procs (and gets killed) or never starts.
             with self._lock:
+                if self._stopping:
+                    raise _Stopped
+                proc = subprocess.Popen(
+                    ["/bin/bash", "-e", "-c", script],
+                    cwd=self.root,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group: a timeout kills everything it started
+                )
                 self._procs.add(proc)
+                self._running[proc.pid] = f"{step.key}{'' if job is None else '#' + str(job)}"
             prefix = f"[{step.key}{'' if job is None else '#' + str(job)}] ".encode()
             reader = threading.Thread(target=self._pump, args=(proc.stdout, log, prefix), daemon=True)
             reader.start()
@@ -230,6 +244,7 @@ class Runner:
             reader.join(timeout=5)
             with self._lock:
                 self._procs.discard(proc)
+                self._running.pop(proc.pid, None)
         rc = proc.returncode
         if timed_out:
             status = -1  # what Buildkite reports for a job stopped at its timeout
@@ -253,21 +268,23 @@ class Runner:
         pipe.close()
 
     def _stop(self, proc) -> str:
-        """SIGTERM the job's process group, SIGKILL after the grace period, like an agent cancel."""
+        """SIGTERM the job's process group, SIGKILL what is left of it after the grace period,
+        like an agent cancel; returns once no process of the group is alive."""
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
-            return "SIGTERM"
-        try:
-            proc.wait(timeout=self.opts.grace)
-            return "SIGTERM"
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            return "SIGKILL"
+            pass
+        end = time.monotonic() + self.opts.grace
+        while interrupt.group_alive(proc.pid) and time.monotonic() < end:
+            time.sleep(0.02)
+        used = "SIGTERM"
+        if interrupt.group_alive(proc.pid):
+            used = "SIGKILL"
+            survivors = interrupt.kill_group(proc.pid)
+            if survivors:
+                print(f"moe-harness pipeline run: processes {survivors} survived SIGKILL", file=sys.stderr, flush=True)
+        proc.wait()
+        return used
 
     # -- one job: attempts until it passes or no retry rule allows another
 
@@ -277,8 +294,15 @@ class Runner:
         used = [0] * len(rules)
         started = time.time()
         while True:
-            a = self._attempt(step, job, len(result.attempts))
+            try:
+                a = self._attempt(step, job, len(result.attempts))
+            except _Stopped:
+                result.state = "interrupted"
+                return result
             result.attempts.append(a)
+            if self._stopping:
+                result.state = "interrupted"  # killed by the interruption: no retry
+                return result
             if a.exit_status == 0:
                 result.state = "passed"
                 break
@@ -333,23 +357,39 @@ class Runner:
             "commit": self.plan.build.get("build.commit"),
             "report": str(self.run_dir),
         }
-        interrupted = False
-        try:
-            for step in self.plan.graph.order:
-                self._run_step(step, meta)
-        except KeyboardInterrupt:
-            interrupted = True
-            with self._lock:
-                for p in list(self._procs):
-                    try:
-                        os.killpg(p.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            self._say("interrupted: the report keeps the jobs that finished")
-        self._finish(meta, interrupted)
-        if interrupted:
-            return 130
+        stop = None
+        with interrupt.catch_signals() as guard:
+            try:
+                for step in self.plan.graph.order:
+                    self._run_step(step, meta)
+                guard.shield()
+            except KeyboardInterrupt as exc:  # interrupt.Interrupted for SIGTERM too
+                stop = exc
+                meta = {**meta, **self._stop_everything(interrupt.signal_name(exc))}
+            self._finish(meta, stop is not None)
+        if stop is not None:
+            self._say(f"interrupted by {interrupt.signal_name(stop)}: partial report {self.run_dir}/summary.md")
+            return interrupt.exit_code(stop)
         return 0 if all(r.state in OK_STATES for r in self.results) and not self._broken else 1
+
+    def _stop_everything(self, signame: str) -> dict:
+        """Kill every running job's process group and wait until none of them is alive."""
+        with self._lock:
+            self._stopping = True
+            procs = list(self._procs)
+            killed = sorted(self._running.values())
+        survivors = []
+        for p in procs:
+            survivors += interrupt.kill_group(p.pid)
+            p.wait()  # the job's shell is our child: reap it
+        for t in self._threads:
+            if t.ident is not None:  # the signal may have come between two starts
+                t.join()  # their processes are gone and no new one can start
+        info = {"interrupted": True, "signal": signame, "killed_jobs": killed}
+        if survivors:
+            info["survivors"] = survivors
+            print(f"moe-harness pipeline run: processes {survivors} survived SIGKILL", file=sys.stderr, flush=True)
+        return info
 
     def _run_step(self, step, meta):
         decision = self.plan.decision(step)
@@ -364,7 +404,7 @@ class Runner:
             if step.kind == "command":
                 self._broken.append(step)
                 self._say(f"- not run {step.key}: waits on {why}")
-                self.rd.record(self._broken_result(step, why), meta)
+                self.rd.record(self._broken_result(step, why), meta, self.title, self.title)
             return
         if step.kind != "command":
             self.states[id(step)] = "passed"
@@ -380,6 +420,7 @@ class Runner:
                 results[i] = self._run_job(step, job, count)
 
         threads = [threading.Thread(target=work, args=(i, j)) for i, j in enumerate(jobs)]
+        self._threads = threads
         for t in threads:
             t.start()
         for t in threads:
@@ -387,7 +428,7 @@ class Runner:
                 t.join(timeout=0.2)  # short joins keep Ctrl-C responsive
         for r in results:
             self.results.append(r)
-            self.rd.record(self._job_result(r), meta)
+            self.rd.record(self._job_result(r), meta, self.title, self.title)
             last = r.attempts[-1]
             mark = {"passed": "ok", "soft_failed": "soft-failed", "failed": "FAILED"}[r.state]
             self._say(f"  {mark} {r.name}: exit {last.exit_status} in {sum(a.seconds for a in r.attempts):.1f}s"
@@ -449,15 +490,18 @@ class Runner:
 
     def _finish(self, meta, interrupted):
         results = list(self.rd._results)
-        if interrupted:
-            meta = {**meta, "interrupted": True}
-        title = f"{Path(self.plan.pipeline.path).name} on {self.plan.target}"
+        meta = {**meta, "interrupted": interrupted}
+        title = self.title
         self.rd.write_report(title, results, meta, suite_name=title)
         summary = report.summary_markdown(title, results, meta) + _annotations(self.run_dir)
         self.rd.write_text("summary.md", summary)
         self.rd.update_latest()
         failed = [r for r in results if not r["passed"]]
         self._say(f"{len(results) - len(failed)} passed, {len(failed)} failed; report {self.run_dir}")
+
+
+class _Stopped(Exception):
+    """A job that was about to start when the run was interrupted."""
 
 
 def _tail(path, lines: int) -> str:

@@ -2,6 +2,7 @@
 `moe-harness eval` exits 0 only when every gate passes."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,49 @@ def test_eval_exit_codes(tmp_path):
     for name, path in (("good", good), ("bad", bad)):
         runs[name] = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "--config", str(path), "--quiet",
                                      "--report-root", str(tmp_path / "reports")],
-                                    capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+                                    capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
     assert runs["good"].returncode == 0, runs["good"].stdout[-3000:]
     assert runs["bad"].returncode == 1 and "FAIL kl" in runs["bad"].stdout
     assert len(list((tmp_path / "reports").glob("*-eval/lm_eval/summary.md"))) == 2
+
+
+def test_each_scheme_is_a_check_reported_when_it_finishes(monkeypatch):
+    """`moe-harness run` records every scheme the moment it finishes (nothing batched to the end)."""
+    from harness.lmeval import evaluate
+
+    events = []
+
+    def fake_run_config(cfg, *, session, limit, progress):
+        events.append(("run", cfg.scheme))
+        progress(f"progress {cfg.scheme}")
+        return {"name": f"lm_eval/{cfg.scheme}", "passed": True, "raw": {"big": 1}}
+
+    monkeypatch.setattr(evaluate, "run_config", fake_run_config)
+    out = evaluate.run_tiny_all_schemes(None, schemes=["w_mxfp8", "nvfp4"], write=False,
+                                        on_result=lambda r: events.append(("result", r["name"], "raw" in r)),
+                                        progress=lambda line: events.append(("progress", line)))
+    assert events == [("run", "w_mxfp8"), ("progress", "progress w_mxfp8"), ("result", "lm_eval/w_mxfp8", False),
+                      ("run", "nvfp4"), ("progress", "progress nvfp4"), ("result", "lm_eval/nvfp4", False)]
+    assert [r["name"] for r in out] == ["lm_eval/w_mxfp8", "lm_eval/nvfp4"]
+
+
+def test_progress_line_names_task_items_and_rate():
+    from harness.lmeval.evaluate import _items_line
+
+    out = {"n-samples": {"arc_easy": {"original": 2376, "effective": 200}, "hellaswag": {"original": 50, "effective": 50}}}
+    assert _items_line("lm_eval/tiny-nvfp4", "nvfp4", out, 5.0) == (
+        "      lm_eval/tiny-nvfp4: nvfp4 arc_easy 200/2376, hellaswag 50/50 items, 50.0 items/s in 5.0s")
+
+
+def test_run_puts_the_lm_eval_cache_under_the_chosen_reports(monkeypatch, tmp_path):
+    """--reports elsewhere: the hub/datasets cache goes there too, not to ./reports of the current folder."""
+    from harness import run
+    from harness.lmeval import evaluate
+
+    seen = {}
+    monkeypatch.delenv("HARNESS_CACHE_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(evaluate, "run_tiny_all_schemes",
+                        lambda report_dir, on_result, progress: seen.setdefault("cache", os.environ["HARNESS_CACHE_DIR"]))
+    run._lmeval_section({"report_dir": None, "reports_root": tmp_path / "elsewhere", "progress": print}, print)
+    assert seen["cache"] == str(tmp_path / "elsewhere" / ".cache")

@@ -42,3 +42,29 @@ def test_upload_copies_into_the_step_folder(tmp_path, monkeypatch):
     assert agent_stub.main(["artifact", "download", "reports/**/*.xml", "dl"]) == 0
     assert (tmp_path / "dl" / "reports" / "junit" / "a.xml").is_file()
     assert agent_stub.main(["artifact", "download", "nothing/*.bin", "dl"]) == 1
+
+
+def test_annotate_context_cannot_leave_the_run_folder(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "a" / "b" / "run"
+    run.mkdir(parents=True)
+    monkeypatch.setenv("HARNESS_PIPELINE_RUN_DIR", str(run))
+    for context in ("../../..", "../x", "/etc/x", "a/b", ".hidden", ".."):
+        before = sorted(p for p in tmp_path.rglob("*"))
+        assert agent_stub.main(["annotate", "body", "--context", context]) == 1, context
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--context" in err and "Traceback" not in err
+        assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing written anywhere
+    assert agent_stub.main(["annotate", "ok", "--context", "lint-results_v2.1"]) == 0
+    assert (run / "annotations" / "lint-results_v2.1.md").read_text() == "ok"
+
+
+def test_upload_skips_files_outside_the_checkout(tmp_path, monkeypatch, capsys):
+    root = tmp_path / "checkout"
+    root.mkdir()
+    (tmp_path / "secret.txt").write_text("x")
+    monkeypatch.setenv("HARNESS_PIPELINE_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("HARNESS_PIPELINE_ARTIFACTS", str(tmp_path / "run" / "artifacts" / "s"))
+    monkeypatch.setenv("BUILDKITE_BUILD_CHECKOUT_PATH", str(root))
+    assert agent_stub.main(["artifact", "upload", "../secret.txt"]) == 0
+    assert "outside the checkout" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "artifacts").exists() or not any((tmp_path / "run" / "artifacts").rglob("*.txt"))

@@ -201,3 +201,78 @@ def test_test_engine_uploads_with_token():
     (path, auth, payload), = received
     assert path == "/v1/uploads" and "tok" in auth
     assert [(d["name"], d["result"]) for d in payload["data"]] == [("a", "passed"), ("b", "failed")]
+
+
+# ---- interrupting a report write between its steps leaves the old state
+
+
+def test_temporary_file_lives_in_the_target_folder(tmp_path, monkeypatch):
+    """A rename is atomic only within one filesystem: the temporary file must sit next to the target."""
+    seen = []
+    real = os.replace
+
+    def spy(src, dst):
+        seen.append((os.path.dirname(os.path.abspath(src)), os.path.dirname(os.path.abspath(dst))))
+        return real(src, dst)
+
+    monkeypatch.setattr(report.os, "replace", spy)
+    sub = tmp_path / "deep" / "er"
+    report.atomic_write_text(sub / "summary.md", "x")
+    report.atomic_write_json(tmp_path / "results.json", {"a": 1})
+    assert seen == [(str(sub), str(sub)), (str(tmp_path), str(tmp_path))]
+
+
+def test_latest_survives_an_interrupted_update(tmp_path, monkeypatch):
+    """`latest` is a new link renamed over the old: interrupted before the rename, the old link
+    still points at the old run and no temporary link is left behind."""
+    a = report.ReportDir.create("run", root=tmp_path)
+    b = report.ReportDir.create("run", root=tmp_path)
+    a.update_latest()
+    calls = []
+
+    def interrupted_once(src, dst):
+        calls.append(dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report.os, "replace", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        b.update_latest()
+    assert calls == [tmp_path / "latest"]  # the step that was cut was the rename over `latest`
+    assert os.readlink(tmp_path / "latest") == a.path.name
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([a.path.name, b.path.name, "latest"])
+    monkeypatch.undo()
+    b.update_latest()
+    assert os.readlink(tmp_path / "latest") == b.path.name
+
+
+def test_latest_is_never_missing_while_it_moves(tmp_path, monkeypatch):
+    """Between making the new link and renaming it, `latest` still resolves (never unlinked first)."""
+    a = report.ReportDir.create("run", root=tmp_path)
+    b = report.ReportDir.create("run", root=tmp_path)
+    a.update_latest()
+    seen = []
+    real_symlink = os.symlink
+
+    def spy(target, path, *args, **kw):
+        seen.append(os.readlink(tmp_path / "latest"))  # what a reader sees just before the new link exists
+        return real_symlink(target, path, *args, **kw)
+
+    monkeypatch.setattr(report.os, "symlink", spy)
+    b.update_latest()
+    assert seen == [a.path.name] and os.readlink(tmp_path / "latest") == b.path.name
+
+
+def test_record_with_title_writes_all_three_files(tmp_path):
+    rd = report.ReportDir.create("run", root=tmp_path)
+    rd.record({"name": "first", "passed": True, "details": {}}, {"finished": False}, "Run", "run-suite")
+    rd.record({"name": "second", "passed": False, "message": "bad", "details": {}}, {"finished": False}, "Run")
+    assert [r["name"] for r in json.loads((rd.path / "results.json").read_text())["results"]] == ["first", "second"]
+    suite = ET.parse(rd.path / "junit.xml").getroot().find("testsuite")
+    assert suite.get("tests") == "2" and suite.get("failures") == "1"
+    summary = (rd.path / "summary.md").read_text()
+    assert "**In progress**" in summary and "second" in summary
+
+
+def test_interrupted_summary_says_so():
+    text = report.summary_markdown("Run", [{"name": "a", "passed": True}], {"interrupted": True, "signal": "SIGTERM"})
+    assert "**Interrupted** (SIGTERM)" in text

@@ -20,6 +20,7 @@ import fcntl
 import glob
 import json
 import os
+import re
 import shutil
 import sys
 from contextlib import contextmanager
@@ -35,11 +36,20 @@ def _run_dir() -> Path:
     return Path(d)
 
 
+# A context names a file in <run>/annotations/: a plain name, nothing that walks out.
+_CONTEXT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+=-]{0,99}")
+
+
 def annotate(args) -> int:
+    context = args.context or "default"
+    if not _CONTEXT_RE.fullmatch(context):
+        print(f"buildkite-agent (local stand-in): annotate --context {context!r}: use letters, digits and "
+              "_.@+=- (at most 100, not starting with '.' or '-'); it names a file in the run folder",
+              file=sys.stderr)
+        return 1
     body = args.body
     if body is None:
         body = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
-    context = args.context or "default"
     folder = _run_dir() / "annotations"
     md = folder / f"{context}.md"
     if args.append and md.exists():
@@ -62,7 +72,12 @@ def artifact_upload(args) -> int:
         for name in glob.glob(str(root / pattern.strip()), recursive=True):
             src = Path(name)
             if src.is_file():
-                rel = src.resolve().relative_to(root.resolve())
+                try:
+                    rel = src.resolve().relative_to(root.resolve())
+                except ValueError:
+                    print(f"buildkite-agent (local stand-in): artifact upload: {name} is outside the checkout "
+                          f"{root}; not uploaded", file=sys.stderr)
+                    continue
                 target = dest / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, target)

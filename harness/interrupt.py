@@ -1,0 +1,117 @@
+"""SIGTERM handled like Ctrl-C, so `timeout`, CI agents and people stopping a
+run all get the same thing: the report of what finished and no job left behind.
+
+`catch_signals()` makes SIGINT and SIGTERM raise `Interrupted` (a
+KeyboardInterrupt, so every `except KeyboardInterrupt` and every
+`finally` sees it) in the main thread. A second signal while the first is
+being handled is ignored: cleanup (killing jobs, writing reports) is short
+and must not be cut in half.
+
+`group_alive` / `kill_group` are the process-group half: a job runs in its
+own group, and stopping it means no live member of that group is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised by the handler; `exit_code` is the shell's 128 + signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def exit_code(exc: BaseException) -> int:
+    """130 for a plain KeyboardInterrupt (SIGINT by Python's own handler)."""
+    return exc.exit_code if isinstance(exc, Interrupted) else 128 + signal.SIGINT
+
+
+def signal_name(exc: BaseException) -> str:
+    return exc.name if isinstance(exc, Interrupted) else "SIGINT"
+
+
+class _Guard:
+    def __init__(self):
+        self.fired: list[int] = []
+        self.shielded = False
+
+    def shield(self):
+        """From now on signals are only noted: the run's last writes are not cut in half."""
+        self.shielded = True
+
+
+@contextmanager
+def catch_signals():
+    """Inside: SIGINT/SIGTERM raise Interrupted once; later ones (or any after
+    `guard.shield()`) are noted in `guard.fired` and otherwise ignored."""
+    guard = _Guard()
+
+    def handler(signum, frame):
+        first = not guard.fired
+        guard.fired.append(signum)
+        if first and not guard.shielded:
+            raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in SIGNALS}
+    try:
+        yield guard
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _pgrp_and_state(stat: str) -> tuple[int, str]:
+    # /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and ')'.
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[2]), fields[0]
+
+
+def group_alive(pgid: int) -> list[int]:
+    """Pids of live (not zombie) processes in process group `pgid` (Linux /proc)."""
+    alive = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            pgrp, state = _pgrp_and_state((d / "stat").read_text())
+        except (OSError, IndexError, ValueError):
+            continue  # exited while we looked
+        if pgrp == pgid and state not in ("Z", "X"):
+            alive.append(int(d.name))
+    return alive
+
+
+def kill_group(pgid: int, deadline_s: float = 60.0) -> list[int]:
+    """SIGKILL every process of group `pgid` and wait until none is alive.
+
+    SIGKILL is delivered asynchronously: a loaded machine may take a while to
+    schedule the dying processes. The wait is on the condition (no live member),
+    with a generous deadline; what is still alive then is returned, never hidden.
+    """
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        alive = group_alive(pgid)
+        if not alive or time.monotonic() > end:
+            return alive
+        time.sleep(0.02)
