@@ -65,13 +65,6 @@ def block_has_inf(case: BlockCase) -> bool:
     return any(math.isinf(v) for v in case.xs) and not any(math.isnan(v) for v in case.xs)
 
 
-def even_rounds_past_fp32_max_exponent(case: BlockCase) -> bool:
-    spec = hf.get_format(case.fmt)
-    bits = int(_amax_f32(case).view(torch.int32))
-    rounded = bits + (1 << (22 - spec.element.mbits))
-    return ((bits >> 23) & 0xFF) == 254 and ((rounded >> 23) & 0xFF) == 255
-
-
 def nvfp4_scale_below_e4m3_min_normal(case: BlockCase) -> bool:
     if not all(math.isfinite(v) for v in case.xs):
         return False
@@ -94,7 +87,7 @@ def nvfp4_amax_divided_by_six(case: BlockCase) -> bool:
 
 
 PREDICATES = {f.__name__: f for f in (ref_scale_byte_zero, rceil_float32_log2_low, block_has_inf,
-                                      even_rounds_past_fp32_max_exponent, nvfp4_scale_below_e4m3_min_normal,
+                                      nvfp4_scale_below_e4m3_min_normal,
                                       nvfp4_amax_divided_by_six)}
 
 

@@ -32,8 +32,14 @@ def _entry_points() -> dict:
     return {ep.name: ep for ep in metadata.entry_points(group=GROUP)}
 
 
+def _shipped() -> dict:
+    from .adapters import SHIPPED
+
+    return SHIPPED
+
+
 def available_names() -> list[str]:
-    return sorted(set(_entry_points()) | set(_REGISTERED))
+    return sorted(set(_entry_points()) | set(_REGISTERED) | set(_shipped()))
 
 
 def _materialize(obj, label: str) -> Implementation:
@@ -73,6 +79,12 @@ def get_implementation(name: str) -> Implementation:
         except ImportError as e:
             raise Unavailable(f"entry point {eps[name].value!r} does not import: {e}") from None
         return _materialize(obj, f"entry point {name!r}")
+    if name in _shipped():
+        try:
+            obj = _load_path(_shipped()[name])
+        except ValueError as e:
+            raise Unavailable(str(e)) from None
+        return _materialize(obj, f"implementation {name!r}")
     known = available_names()
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
