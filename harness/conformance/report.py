@@ -122,7 +122,7 @@ def heatmap(path, data: dict):
     from matplotlib import colormaps
 
     cmap = colormaps["RdYlGn"].copy()
-    cmap.set_bad("#cccccc")
+    cmap = cmap.with_extremes(bad="#cccccc")
     arr = np.ma.masked_invalid(np.array(grid, dtype=float).reshape(len(impls), len(cols)))
     im = ax.imshow(arr, cmap=cmap, vmin=0.5, vmax=1.0, aspect="auto")
     ax.set_yticks(range(len(impls)))

@@ -1,7 +1,9 @@
 """Shrink a failing block to a minimal one.
 
 The search is deterministic delta debugging over the block's values: it
-repeatedly replaces one element by zero, then one negative element by its
+first tries rescaling the whole block by the power of two that brings its
+largest magnitude into [1, 2) (exact, so a readable block when the failure
+does not depend on the binade), then repeatedly replaces one element by zero, then one negative element by its
 magnitude, keeping each change for which `fails(block)` still holds, until a
 whole pass changes nothing. The result is 1-minimal: zeroing any one remaining
 element (or dropping any one remaining sign) makes the failure go away. The
@@ -17,6 +19,11 @@ def shrink_block(block: list, fails, max_calls: int = 400) -> tuple[list, int]:
     """(minimal block, calls made). `fails(block)` must hold for `block`."""
     cur = list(block)
     calls = 0
+    scaled = _rescaled(cur)
+    if scaled is not None and scaled != cur:
+        calls += 1
+        if fails(scaled):
+            cur = scaled
     changed = True
     while changed and calls < max_calls:
         changed = False
@@ -42,3 +49,11 @@ def _simpler(v: float) -> list:
     if math.copysign(1.0, v) < 0:
         out.append(-v)
     return out
+
+
+def _rescaled(block: list):
+    finite = [abs(v) for v in block if math.isfinite(v) and v != 0]
+    if not finite:
+        return None
+    e = math.frexp(max(finite))[1] - 1  # max in [2^e, 2^(e+1))
+    return [math.ldexp(v, -e) if math.isfinite(v) else v for v in block]
