@@ -5,7 +5,8 @@ Stages: "scales" (block-scale bytes) and "codes" (element codes) from the
 implementation's quantize; "dequantize" (the implementation's dequantize fed
 the reference's codes and scales); "qdq" (its quantize-dequantize). Codes
 inside blocks whose reference scale is NaN are not compared: the NaN scale
-carries the block and the spec leaves the codes open.
+carries the block and the spec leaves the codes open; the two E4M3 NaN
+codes (0x7F, 0xFF) count as the same NaN scale.
 
 A block that mismatches is either explained by a registry entry
 (divergences.yaml) or unexplained; the first block of each kind is shrunk to a
@@ -110,6 +111,14 @@ def _values_equal(a, b):
     return (a.view(_INT_VIEW[a.dtype]) == b.view(_INT_VIEW[b.dtype])) | (torch.isnan(a) & torch.isnan(b))
 
 
+def _canonical_nan(spec, scales):
+    """E4M3 block scales: both NaN codes (0x7F, 0xFF) read as 0x7F; the sign
+    of a NaN scale means nothing. E8M0 has the one NaN byte."""
+    if spec.is_mx:
+        return scales
+    return torch.where((scales & 0x7F) == E4M3.nan_code, E4M3.nan_code, scales).to(torch.uint8)
+
+
 def _scale_is_nan(spec, scales):
     return scales == (0xFF if spec.is_mx else E4M3.nan_code)
 
@@ -130,7 +139,7 @@ def stage_arrays(impl, x: torch.Tensor, cell: Cell, stage: str, device, cache=No
             cache["impl_q"] = impl_quantize(impl, x.to(device), cell)
         codes, scales = cache["impl_q"]
         if stage == "scales":
-            a, b = scales.reshape(nb, 1), ref.scales.reshape(nb, 1)
+            a, b = _canonical_nan(spec, scales.reshape(nb, 1)), _canonical_nan(spec, ref.scales.reshape(nb, 1))
             return a, b, a == b, torch.ones_like(a, dtype=torch.bool)
         a, b = codes.reshape(nb, B), ref.codes.reshape(nb, B)
         compared = ~_scale_is_nan(spec, ref.scales.reshape(nb, 1)).expand(nb, B)
@@ -152,10 +161,9 @@ def _floats(t: torch.Tensor) -> list:
 
 # ---- one block on its own: classification, shrinking, verdict
 
-def _block_case(xs, cell, stage, ref_scale, impl_scale=None) -> dv.BlockCase:
+def _block_case(xs, cell, stage, ref_scale, impl_out=None, ref_out=None) -> dv.BlockCase:
     return dv.BlockCase(xs=xs, fmt=cell.fmt, mode=cell.mode, rounding=cell.rounding, dtype=cell.dtype,
-                        gs=cell.gs, stage=stage, ref_scale=int(ref_scale),
-                        impl_scale=None if impl_scale is None else int(impl_scale))
+                        gs=cell.gs, stage=stage, ref_scale=int(ref_scale), impl_out=impl_out, ref_out=ref_out)
 
 
 def _classify_block(impl, registry, xs, cell, stage, device):
@@ -165,7 +173,8 @@ def _classify_block(impl, registry, xs, cell, stage, device):
     if bool((eq | ~cmp).all()):
         return None
     ref_scale = hf.quantize(x, cell.fmt, cell.mode, cell.rounding, cell.gs).scales.flatten()[0]
-    entry = dv.explain(registry, impl.name, impl.version, _block_case(xs, cell, stage, ref_scale))
+    entry = dv.explain(registry, impl.name, impl.version,
+                       _block_case(xs, cell, stage, ref_scale, _floats(a[0]), _floats(b[0])))
     return (entry.id if entry else ""), (a, b)
 
 
@@ -186,13 +195,22 @@ def finding(impl, registry, xs, cell, stage, device, target: str, family: str, i
     x = torch.tensor(minimal, dtype=torch.float64).to(cell.dtype).reshape(1, -1)
     a, b, eq, cmp = stage_arrays(impl, x, cell, stage, device)
     ref = hf.quantize(x, cell.fmt, cell.mode, cell.rounding, cell.gs)
-    want = vd.expected(stage, minimal, cell.fmt, cell.mode, cell.rounding, cell.gs,
-                       dequant_dtype(impl, cell) if stage == "dequantize" else cell.dtype,
-                       ref_codes=ref.codes.flatten().tolist(), ref_scales=ref.scales.flatten().tolist())
+    args = (stage, minimal, cell.fmt, cell.mode, cell.rounding, cell.gs,
+            dequant_dtype(impl, cell) if stage == "dequantize" else cell.dtype)
+    refs = {"ref_codes": ref.codes.flatten().tolist(), "ref_scales": ref.scales.flatten().tolist()}
+    want = vd.expected(*args, **refs)
     impl_l, ref_l = _floats(a), _floats(b)
     out.update(vd.judge(stage, impl_l, ref_l, want))
+    if not spec_is_mx(cell):
+        # NVFP4's order of float32 steps is a convention; say also who is right
+        # in real arithmetic, where the two differ.
+        out["real_arithmetic_verdict"] = vd.judge(stage, impl_l, ref_l, vd.expected(*args, **refs, real=True))["verdict"]
     out.update({"impl": impl_l, "reference": ref_l, "spec": want, "exact": vd.explain(minimal, cell.fmt, cell.mode, cell.gs)})
     return out
+
+
+def spec_is_mx(cell) -> bool:
+    return hf.get_format(cell.fmt).is_mx
 
 
 # ---- a whole cell
@@ -234,7 +252,7 @@ def run_cell(impl: Implementation, cell: Cell, x: torch.Tensor, labels: list, de
         firsts = {}
         for i in bad:
             xs = _floats(xb_all[i])
-            case = _block_case(xs, cell, stage, ref_scales[i])
+            case = _block_case(xs, cell, stage, ref_scales[i], _floats(a[i]), _floats(b[i]))
             entry = dv.explain(registry, impl.name, impl.version, case)
             key = entry.id if entry else ""
             if entry:

@@ -39,6 +39,9 @@ class BlockCase:
     stage: str
     ref_scale: int
     impl_scale: Optional[int] = None
+    # The stage's outputs for this block (codes, scale bytes or values).
+    impl_out: Optional[list] = None
+    ref_out: Optional[list] = None
 
 
 # ---- predicates (name -> function(BlockCase) -> bool)
@@ -86,9 +89,49 @@ def nvfp4_amax_divided_by_six(case: BlockCase) -> bool:
     return int(e4m3_encode(conv)) != int(e4m3_encode(div))
 
 
+def nvfp4_ref_scale_zero(case: BlockCase) -> bool:
+    """The reference's E4M3 block scale is 0 (gs * amax / 6 below half the
+    smallest E4M3 subnormal), finite block."""
+    return case.ref_scale == 0 and all(math.isfinite(v) for v in case.xs)
+
+
+def nvfp4_divides_by_block_scale(case: BlockCase) -> bool:
+    """Element codes differ between fl(x * fl(gs / s)) (the convention) and
+    fl(x / fl(s / gs)) (dividing by the decode-side block scale), for the
+    reference's block scale s."""
+    if not all(math.isfinite(v) for v in case.xs):
+        return False
+    from harness.formats import minifloat
+
+    spec = hf.get_format(case.fmt)
+    s = torch.tensor(hf.decode_value(E4M3, case.ref_scale), dtype=torch.float32)
+    if s == 0:
+        return False
+    g = torch.tensor(1.0 if case.gs is None else case.gs, dtype=torch.float32)
+    x = torch.tensor(case.xs, dtype=torch.float64).to(case.dtype).to(torch.float32)
+    mul = torch.clamp(x * (g / s), -spec.max_normal, spec.max_normal)
+    div = torch.clamp(x / (s / g), -spec.max_normal, spec.max_normal)
+    return not torch.equal(minifloat.encode(spec.element, mul), minifloat.encode(spec.element, div))
+
+
+def only_signed_zero_differs(case: BlockCase) -> bool:
+    """Every differing output is a zero whose sign the implementation dropped."""
+    if case.impl_out is None or case.ref_out is None or case.stage == "scales":
+        return False
+    spec = hf.get_format(case.fmt)
+    diffs = [(a, b) for a, b in zip(case.impl_out, case.ref_out) if repr(a) != repr(b)]
+    if not diffs:
+        return False
+    if case.stage == "codes":
+        sign = spec.element.sign_bit
+        return all(b == sign and a == 0 for a, b in diffs)
+    return all(a == 0 and b == 0 and math.copysign(1, b) < 0 < math.copysign(1, a) for a, b in diffs)
+
+
 PREDICATES = {f.__name__: f for f in (ref_scale_byte_zero, rceil_float32_log2_low, block_has_inf,
-                                      nvfp4_scale_below_e4m3_min_normal,
-                                      nvfp4_amax_divided_by_six)}
+                                      nvfp4_scale_below_e4m3_min_normal, nvfp4_amax_divided_by_six,
+                                      nvfp4_ref_scale_zero, nvfp4_divides_by_block_scale,
+                                      only_signed_zero_differs)}
 
 
 # ---- the registry

@@ -162,8 +162,15 @@ def mx_dequantize(codes, scale_bytes, spec, dtype) -> list:
     return out
 
 
-def nvfp4_block(xs, spec, rounding: str, gs: float, dtype) -> dict:
-    """The NVFP4 convention's float32 steps, each rounded exactly once."""
+def _exact(v):
+    return Fraction(v) if not isinstance(v, Fraction) else v
+
+
+def nvfp4_block(xs, spec, rounding: str, gs: float, dtype, real: bool = False) -> dict:
+    """The NVFP4 convention's float32 steps, each rounded exactly once; with
+    real=True the same formula in real arithmetic (no intermediate rounding:
+    s = e4m3(gs * amax / 6), elements x * gs / s), for the second opinion."""
+    f32 = _exact if real else globals()["f32"]
     el = spec.element
     sign_only = [el.sign_bit if is_negative(v) else 0 for v in xs]
     if any(math.isnan(v) for v in xs):
@@ -174,7 +181,7 @@ def nvfp4_block(xs, spec, rounding: str, gs: float, dtype) -> dict:
         s_f = hf.spec.NVFP4_SCALE_MAX
     else:
         amax = max(abs(Fraction(v)) for v in xs)
-        s_f = min(f32(G * Fraction(f32(amax * Fraction(f32(Fraction(1, 6)))))), hf.spec.NVFP4_SCALE_MAX)
+        s_f = min(f32(G * Fraction(f32(amax * Fraction(f32(Fraction(1, 6)))))), Fraction(hf.spec.NVFP4_SCALE_MAX))
     s_code = round_element(E4M3, Fraction(s_f), False, "rne")
     s = element_value(E4M3, s_code)
     if s == 0:
@@ -186,10 +193,11 @@ def nvfp4_block(xs, spec, rounding: str, gs: float, dtype) -> dict:
             y = math.copysign(math.inf, v) if math.isinf(v) else f32(Fraction(v) * r)
             y = max(min(y, el.max_normal), -el.max_normal)
             codes.append(round_element(el, Fraction(y), is_negative(v), rounding))
-    return {"scales": [s_code], "codes": codes, "qdq": nvfp4_dequantize(codes, [s_code], spec, gs, dtype)}
+    return {"scales": [s_code], "codes": codes, "qdq": nvfp4_dequantize(codes, [s_code], spec, gs, dtype, real)}
 
 
-def nvfp4_dequantize(codes, scale_codes, spec, gs: float, dtype) -> list:
+def nvfp4_dequantize(codes, scale_codes, spec, gs: float, dtype, real: bool = False) -> list:
+    f32 = _exact if real else globals()["f32"]
     s = element_value(E4M3, scale_codes[0])
     if isinstance(s, float):  # NaN scale
         return [NAN] * len(codes)
@@ -201,19 +209,20 @@ def nvfp4_dequantize(codes, scale_codes, spec, gs: float, dtype) -> list:
     return out
 
 
-def expected_block(xs, fmt, mode: str, rounding: str, gs, dtype) -> dict:
-    """{"scales": [byte], "codes": [...], "qdq": [...]} for one block of floats."""
+def expected_block(xs, fmt, mode: str, rounding: str, gs, dtype, real: bool = False) -> dict:
+    """{"scales": [byte], "codes": [...], "qdq": [...]} for one block of floats
+    (real=True: NVFP4 without the convention's float32 roundings)."""
     spec = hf.get_format(fmt)
     if spec.is_mx:
         return mx_block(xs, spec, mode, rounding, dtype)
-    return nvfp4_block(xs, spec, rounding, 1.0 if gs is None else gs, dtype)
+    return nvfp4_block(xs, spec, rounding, 1.0 if gs is None else gs, dtype, real)
 
 
-def expected_dequantize(codes, scale_bytes, fmt, gs, dtype) -> list:
+def expected_dequantize(codes, scale_bytes, fmt, gs, dtype, real: bool = False) -> list:
     spec = hf.get_format(fmt)
     if spec.is_mx:
         return mx_dequantize(codes, scale_bytes, spec, dtype)
-    return nvfp4_dequantize(codes, scale_bytes, spec, 1.0 if gs is None else gs, dtype)
+    return nvfp4_dequantize(codes, scale_bytes, spec, 1.0 if gs is None else gs, dtype, real)
 
 
 def same_value(a: float, b: float) -> bool:

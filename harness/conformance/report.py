@@ -84,8 +84,11 @@ def markdown(data: dict, meta: dict) -> str:
                 pos = _diff_positions(f)
                 diffs = "; ".join(f"[{i}] impl {f['impl'][i]!r} ref {f['reference'][i]!r} spec {f['spec'][i]!r}"
                                   for i in pos)
+                real = f.get("real_arithmetic_verdict")
+                verdict = f["verdict"] + (f" (NVFP4 convention; in real arithmetic: {real})"
+                                          if real and real != f["verdict"] else "")
                 lines.append(f"- {c['implementation']} {_cell(c)} `{stage}` ({f['family']}): {why}; verdict: "
-                             f"**{f['verdict']}**; minimal block ({f['nonzero']} nonzero of {f['block_size']}): "
+                             f"**{verdict}**; minimal block ({f['nonzero']} nonzero of {f['block_size']}): "
                              f"{_fmt_block(f['minimal'])}; {diffs}")
     if not any_finding:
         lines.append("none: every compared value matched the reference")

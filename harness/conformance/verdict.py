@@ -16,13 +16,15 @@ BOTH_ALLOWED = "both allowed by the spec"
 VERDICTS = (IMPL_WRONG, REF_WRONG, BOTH_WRONG, BOTH_ALLOWED)
 
 
-def expected(stage: str, xs, fmt, mode, rounding, gs, dtype, ref_codes=None, ref_scales=None) -> list:
+def expected(stage: str, xs, fmt, mode, rounding, gs, dtype, ref_codes=None, ref_scales=None,
+             real: bool = False) -> list:
     """Exact expectation of `stage` for one block of Python floats. The
     dequantize stage is judged on the reference's codes and scales (that is
-    what both sides were given)."""
+    what both sides were given). real=True: NVFP4's formula in real
+    arithmetic instead of the convention's float32 steps."""
     if stage == "dequantize":
-        return exact.expected_dequantize(ref_codes, ref_scales, fmt, gs, dtype)
-    return exact.expected_block(xs, fmt, mode, rounding, gs, dtype)[stage]
+        return exact.expected_dequantize(ref_codes, ref_scales, fmt, gs, dtype, real)
+    return exact.expected_block(xs, fmt, mode, rounding, gs, dtype, real)[stage]
 
 
 def _agrees(stage: str, got, want) -> bool:

@@ -10,4 +10,5 @@ SHIPPED = {
     "harness-triton": "harness.conformance.adapters.harness_triton:harness_triton",
     "torchao-mx": "harness.conformance.adapters.torchao:torchao_mx",
     "torchao-nvfp4": "harness.conformance.adapters.torchao:torchao_nvfp4",
+    "compressed-tensors-nvfp4": "harness.conformance.adapters.compressed_tensors:compressed_tensors_nvfp4",
 }

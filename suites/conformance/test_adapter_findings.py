@@ -1,5 +1,6 @@
-"""torchao 0.18: the divergences of the issue-14 table are found, shrunk and
-explained by the registry; without the registry the same run fails."""
+"""Shipped adapters (torchao 0.18, compressed-tensors): the divergences of the
+issue-14 table and the ones conform found are shrunk and explained by the registry;
+without the registry the same run fails."""
 import pytest
 import torch
 
@@ -40,3 +41,20 @@ def test_torchao_nvfp4_block_scale_floor_explained():
     assert _explained(data).get("torchao-nvfp4-block-scale-floor", 0) > 0
     cell = data["cells"][0]
     assert cell["stages"]["scales"]["match_rate"] < 1.0
+
+
+def test_compressed_tensors_nvfp4_divergences_explained():
+    pytest.importorskip("compressed_tensors", reason="compressed-tensors is optional (the conformance extra)")
+    from harness.conformance.adapters.compressed_tensors import compressed_tensors_nvfp4
+
+    data = run_conformance([compressed_tensors_nvfp4()], dtypes=(torch.bfloat16,), random_blocks=32)
+    assert not data["failed"]
+    seen = _explained(data)
+    for entry in ("compressed-tensors-zero-block-scale-eps", "compressed-tensors-divides-by-block-scale",
+                  "compressed-tensors-drops-negative-zero"):
+        assert seen.get(entry, 0) > 0, (entry, seen)
+    # x / s an exact E2M1 midpoint: the convention's fl(gs / s) breaks the tie
+    # (reference right by the convention), real arithmetic keeps it (CT right).
+    f = next(f for c in data["cells"] for f in c["stages"]["codes"]["findings"]
+             if f["explained_by"] == "compressed-tensors-divides-by-block-scale")
+    assert f["verdict"] == vd.IMPL_WRONG and f["real_arithmetic_verdict"] == vd.REF_WRONG
