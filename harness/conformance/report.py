@@ -105,10 +105,12 @@ def _cell(c) -> str:
 
 def heatmap(path, data: dict):
     """One row per implementation, one column per (format, stage); grey = not run."""
+    agg = aggregate(data)
+    if not agg:  # every implementation skipped: nothing to plot
+        return None
     fig = hr._figure()
     if fig is None:
         return None
-    agg = aggregate(data)
     impls = [i["name"] for i in data["implementations"]]
     fmts = sorted({k[1] for k in agg}, key=lambda f: f)
     cols = [(f, s) for f in fmts for s in STAGES]

@@ -11,4 +11,5 @@ SHIPPED = {
     "torchao-mx": "harness.conformance.adapters.torchao:torchao_mx",
     "torchao-nvfp4": "harness.conformance.adapters.torchao:torchao_nvfp4",
     "compressed-tensors-nvfp4": "harness.conformance.adapters.compressed_tensors:compressed_tensors_nvfp4",
+    "quark-mx": "harness.conformance.adapters.quark:quark_mx",
 }
