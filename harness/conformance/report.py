@@ -114,12 +114,13 @@ def heatmap(path, data: dict):
     impls = [i["name"] for i in data["implementations"]]
     fmts = sorted({k[1] for k in agg}, key=lambda f: f)
     cols = [(f, s) for f in fmts for s in STAGES]
-    grid = []
+    grid, flags = [], []
     for impl in impls:
         row = []
         for f, s in cols:
             m, n, u, err = agg.get((impl, f, s), (0, 0, 0, False))
             row.append(0.0 if err else (m / n if n else math.nan))
+            flags.append((len(grid), len(row) - 1, bool(u or err)))
         grid.append(row)
     fig.set_size_inches(max(8, 0.45 * len(cols) + 3), max(2.5, 0.6 * len(impls) + 2))
     ax = fig.add_subplot(1, 1, 1)
@@ -134,12 +135,13 @@ def heatmap(path, data: dict):
     ax.set_yticklabels(impls, fontsize=8)
     ax.set_xticks(range(len(cols)))
     ax.set_xticklabels([f"{f}:{s}" for f, s in cols], rotation=60, ha="right", fontsize=7)
-    for i, row in enumerate(grid):
-        for j, v in enumerate(row):
-            if not math.isnan(v):
-                ax.text(j, i, f"{100 * v:.0f}" if v < 1 else "", ha="center", va="center", fontsize=6)
+    for i, j, bad in flags:
+        v = grid[i][j]
+        if not math.isnan(v):
+            text = (f"{100 * v:.0f}" if v < 1 else "") + ("!" if bad else "")
+            ax.text(j, i, text, ha="center", va="center", fontsize=6)
     fig.colorbar(im, ax=ax, label="match rate (clipped at 50%)")
-    ax.set_title("conformance: match rate vs the reference (blank cell text = 100%)")
+    ax.set_title("conformance: match rate vs the reference (no text = 100%; ! = unexplained divergence)")
     return hr._save_png(fig, path)
 
 
