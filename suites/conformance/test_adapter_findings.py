@@ -31,6 +31,7 @@ def test_torchao_mx_divergences_explained():
     seen = _explained(data)
     assert seen.get("torchao-mx-byte0-quantized-at-2^-126", 0) > 0
     assert seen.get("torchao-mx-rceil-float32-log2", 0) > 0
+    assert seen.get("torchao-mx-rceil-byte0-block-unscaled", 0) > 0
     bare = run_conformance([impl], formats=["mxfp4"], dtypes=(torch.float32,), random_blocks=32, registry=())
     assert bare["failed"]
 

@@ -39,10 +39,11 @@ def test_entry_point_that_does_not_import_is_unavailable(monkeypatch):
         get_implementation("broken")
 
 
-def test_unavailable_factory_is_skipped_with_reason():
+def test_unavailable_factory_is_skipped_with_reason(monkeypatch):
     def factory():
         raise Unavailable("package foo is not installed")
 
+    monkeypatch.setattr(registry, "_REGISTERED", {})
     registry.register_implementation("needs-foo", factory)
     data = run_conformance(["needs-foo"], formats=["mxfp4"])
     assert data["skipped"] == [{"name": "needs-foo", "reason": "package foo is not installed"}]
