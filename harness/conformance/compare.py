@@ -14,7 +14,6 @@ minimal block (shrink.py) and judged in exact arithmetic (verdict.py).
 """
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from typing import Optional

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 import harness.formats as hf
-from harness.formats.spec import E4M3, E8M0_BIAS, E8M0_MAX_BYTE
+from harness.formats.spec import E4M3
 
 from .exact import FLOAT_LAYOUT
 

@@ -4,7 +4,6 @@ ceil and even. quark.torch imports onnx at import time; where that is
 missing the adapter is skipped with the import error as the reason."""
 from __future__ import annotations
 
-import torch
 
 import harness.formats as hf
 
