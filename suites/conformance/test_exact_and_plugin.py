@@ -4,6 +4,7 @@ import math
 import subprocess
 import sys
 from fractions import Fraction
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,12 @@ def test_plugin_loads_as_a_pytest_plugin(tmp_path):
         "def test_k(conformance, format_strategies):\n"
         "    assert hasattr(format_strategies, 'block_tensors')\n"
         "    conformance.check(ties_away_qdq, 'mxfp4', 'floor', dtypes=(torch.float32,), random_blocks=4)\n")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                        "harness.conformance.pytest_plugin", "--rootdir", str(tmp_path), str(tmp_path / "test_k.py")],
+    # Where the package's pytest11 entry point is installed pytest loads the
+    # plugin itself (and a second -p would be refused); else load it by name.
+    installed = any(ep.value == "harness.conformance.pytest_plugin"
+                    for ep in metadata.entry_points(group="pytest11"))
+    load = [] if installed else ["-p", "harness.conformance.pytest_plugin"]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *load,
+                        "--rootdir", str(tmp_path), str(tmp_path / "test_k.py")],
                        cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 1 and "implementation wrong; minimal block" in r.stdout, r.stdout[-2000:]
