@@ -13,6 +13,7 @@ COMMANDS = {
     "eval": ("harness.lmeval.command", "lm-eval accuracy run with statistical gates"),
     "train-tiny": ("harness.lmeval.train", "train the bundled tiny MoE model (CPU, deterministic)"),
     "pipeline": ("harness.pipelines.command", "validate or run Buildkite pipelines locally"),
+    "conform": ("harness.conformance.command", "hold implementations of NVFP4 / OCP MX to the spec"),
 }
 BENCHES = {
     "kernels": ("harness.kernels.bench", "Triton kernel bandwidth vs copy and torch.compile"),

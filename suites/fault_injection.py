@@ -128,6 +128,25 @@ FAULTS += [
 ]
 
 
+# Faults in `moe-harness conform` (harness/conformance): the verdict, the exact
+# spec, the comparison and the shrinker, caught by the planted-bug suite.
+C = "suites/conformance/"
+CT = [C + "test_planted_bugs.py", C + "test_exact_and_plugin.py"]
+FAULTS += [
+    ("conform: verdict blames the reference", "harness/conformance/verdict.py",
+     "    if impl_bad and not ref_bad:\n        v = IMPL_WRONG", "    if impl_bad and not ref_bad:\n        v = REF_WRONG", CT),
+    ("conform: exact ties go to the odd code", "harness/conformance/exact.py",
+     "mag = lo if lo % 2 == 0 else hi", "mag = lo if lo % 2 == 1 else hi", CT),
+    ("conform: codes stage compares the implementation with itself", "harness/conformance/compare.py",
+     "        return a, b, a == b, compared", "        return a, b, a == a, compared", CT),
+    ("conform: shrinker keeps nothing", "harness/conformance/shrink.py",
+     "                if fails(cand):\n                    cur = cand", "                if False:\n                    cur = cand", CT),
+    ("conform: registry ignores the implementation name", "harness/conformance/divergences.py",
+     "        if impl_name != self.implementation or case.stage not in self.stages:",
+     "        if case.stage not in self.stages:", [C + "test_registry_and_protocol.py"]),
+]
+
+
 def run_fault(name, path, old, new, tests, python):
     with tempfile.TemporaryDirectory() as tmp:
         dst = Path(tmp) / "repo"

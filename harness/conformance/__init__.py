@@ -1,0 +1,18 @@
+"""`moe-harness conform`: hold any implementation of NVFP4 / OCP MX to the spec.
+
+    from harness.conformance import Implementation, register_implementation, run_conformance
+
+Modules: protocol (what an implementation declares and provides), registry
+(entry points, module:object, did-you-mean), families (inputs from the format
+table), exact (the spec in rational arithmetic), verdict (who is right),
+shrink (minimal failing block), divergences (+ divergences.yaml: the reviewed
+registry of known divergences), compare (one cell), runner (a whole run),
+report (JSON, markdown, heat map), command (the CLI), check (the pytest
+plugin's `conformance.check`), adapters/ (shipped implementations).
+"""
+from .protocol import STAGES, Implementation, Unavailable
+from .registry import GROUP, available_names, get_implementation, register_implementation
+from .runner import run_conformance
+
+__all__ = ["GROUP", "STAGES", "Implementation", "Unavailable", "available_names", "get_implementation",
+           "register_implementation", "run_conformance"]

@@ -1,0 +1,224 @@
+"""The registry of known divergences (divergences.yaml) and the named
+predicates its entries use. A predicate sees one mismatching block (BlockCase)
+and says whether the entry's explanation applies to it."""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+import harness.formats as hf
+from harness.formats.spec import E4M3
+
+from .protocol import STAGES
+
+REGISTRY_PATH = Path(__file__).with_name("divergences.yaml")
+_FIELDS = {"id", "implementation", "versions", "scale_kind", "stages", "modes", "dtypes", "match",
+           "explanation", "found"}
+_REQUIRED = {"id", "implementation", "versions", "scale_kind", "stages", "match", "explanation"}
+
+
+@dataclass
+class BlockCase:
+    """One block where a stage mismatched: inputs (dtype values as floats),
+    the cell's settings, and both sides' scale for the block when known."""
+
+    xs: list
+    fmt: str
+    mode: str
+    rounding: str
+    dtype: torch.dtype
+    gs: Optional[float]
+    stage: str
+    ref_scale: int
+    impl_scale: Optional[int] = None
+    # The stage's outputs for this block (codes, scale bytes or values).
+    impl_out: Optional[list] = None
+    ref_out: Optional[list] = None
+
+
+# ---- predicates (name -> function(BlockCase) -> bool)
+
+def _amax_f32(case: BlockCase) -> torch.Tensor:
+    return torch.tensor(case.xs, dtype=torch.float64).to(case.dtype).to(torch.float32).abs().amax()
+
+
+def ref_scale_byte_zero(case: BlockCase) -> bool:
+    return case.ref_scale == 0 and any(v != 0 for v in case.xs)
+
+
+def rceil_float32_log2_low(case: BlockCase) -> bool:
+    """amax/max_normal in float32 lies above a power of two whose float32
+    log2 is nevertheless an integer (so ceil(log2) misses the next binade)."""
+    spec = hf.get_format(case.fmt)
+    d = _amax_f32(case) / spec.max_normal
+    l2 = torch.log2(d)
+    above_pow2 = bool((d.view(torch.int32) & 0x7FFFFF) != 0)
+    return bool(d > 0) and bool(torch.isfinite(d)) and above_pow2 and bool(l2 == torch.floor(l2))
+
+
+def block_has_inf(case: BlockCase) -> bool:
+    return any(math.isinf(v) for v in case.xs) and not any(math.isnan(v) for v in case.xs)
+
+
+def nvfp4_scale_below_e4m3_min_normal(case: BlockCase) -> bool:
+    if not all(math.isfinite(v) for v in case.xs):
+        return False
+    return hf.decode_value(E4M3, case.ref_scale) < E4M3.min_normal
+
+
+def nvfp4_amax_divided_by_six(case: BlockCase) -> bool:
+    """The block scale's E4M3 code differs between fl(gs * fl(amax * fl(1/6)))
+    (the convention) and fl(fl(amax / 6) * gs) (amax divided by 6 first)."""
+    if not all(math.isfinite(v) for v in case.xs):
+        return False
+    from harness.formats.scales import e4m3_encode
+
+    amax = _amax_f32(case)
+    g = torch.tensor(1.0 if case.gs is None else case.gs, dtype=torch.float32)
+    sixth = torch.tensor(1.0 / 6.0, dtype=torch.float32)
+    conv = torch.clamp(g * (amax * sixth), max=E4M3.max_normal)
+    div = torch.clamp((amax / 6.0) * g, max=E4M3.max_normal)
+    return int(e4m3_encode(conv)) != int(e4m3_encode(div))
+
+
+def nvfp4_ref_scale_zero(case: BlockCase) -> bool:
+    """The reference's E4M3 block scale is 0 (gs * amax / 6 below half the
+    smallest E4M3 subnormal), finite block."""
+    return case.ref_scale == 0 and all(math.isfinite(v) for v in case.xs)
+
+
+def nvfp4_divides_by_block_scale(case: BlockCase) -> bool:
+    """Element codes differ between fl(x * fl(gs / s)) (the convention) and
+    fl(x / fl(s / gs)) (dividing by the decode-side block scale), for the
+    reference's block scale s."""
+    if not all(math.isfinite(v) for v in case.xs):
+        return False
+    from harness.formats import minifloat
+
+    spec = hf.get_format(case.fmt)
+    s = torch.tensor(hf.decode_value(E4M3, case.ref_scale), dtype=torch.float32)
+    if s == 0:
+        return False
+    g = torch.tensor(1.0 if case.gs is None else case.gs, dtype=torch.float32)
+    x = torch.tensor(case.xs, dtype=torch.float64).to(case.dtype).to(torch.float32)
+    mul = torch.clamp(x * (g / s), -spec.max_normal, spec.max_normal)
+    div = torch.clamp(x / (s / g), -spec.max_normal, spec.max_normal)
+    return not torch.equal(minifloat.encode(spec.element, mul), minifloat.encode(spec.element, div))
+
+
+def only_signed_zero_differs(case: BlockCase) -> bool:
+    """Every differing output is a zero whose sign the implementation dropped."""
+    if case.impl_out is None or case.ref_out is None or case.stage == "scales":
+        return False
+    spec = hf.get_format(case.fmt)
+    diffs = [(a, b) for a, b in zip(case.impl_out, case.ref_out) if repr(a) != repr(b)]
+    if not diffs:
+        return False
+    if case.stage == "codes":
+        sign = spec.element.sign_bit
+        return all(b == sign and a == 0 for a, b in diffs)
+    return all(a == 0 and b == 0 and math.copysign(1, b) < 0 < math.copysign(1, a) for a, b in diffs)
+
+
+PREDICATES = {f.__name__: f for f in (ref_scale_byte_zero, rceil_float32_log2_low, block_has_inf,
+                                      nvfp4_scale_below_e4m3_min_normal, nvfp4_amax_divided_by_six,
+                                      nvfp4_ref_scale_zero, nvfp4_divides_by_block_scale,
+                                      only_signed_zero_differs)}
+
+
+# ---- the registry
+
+@dataclass(frozen=True)
+class Divergence:
+    id: str
+    implementation: str
+    versions: SpecifierSet
+    scale_kind: str
+    stages: tuple
+    match: str
+    explanation: str
+    modes: Optional[tuple] = None
+    dtypes: Optional[tuple] = None
+    found: str = ""
+
+    def applies(self, impl_name: str, impl_version: str, case: BlockCase) -> bool:
+        if impl_name != self.implementation or case.stage not in self.stages:
+            return False
+        try:
+            if Version(impl_version) not in self.versions:
+                return False
+        except InvalidVersion:
+            return False
+        spec = hf.get_format(case.fmt)
+        if spec.scale_kind != self.scale_kind:
+            return False
+        if self.modes is not None and case.mode not in self.modes:
+            return False
+        if self.dtypes is not None and str(case.dtype).replace("torch.", "") not in self.dtypes:
+            return False
+        return PREDICATES[self.match](case)
+
+
+def _entry(raw, where: str) -> Divergence:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: entry must be a mapping, got {type(raw).__name__}")
+    label = f"{where} (id {raw.get('id', '?')!r})"
+    missing = _REQUIRED - set(raw)
+    if missing:
+        raise ValueError(f"{label}: missing field(s) {sorted(missing)}")
+    extra = set(raw) - _FIELDS
+    if extra:
+        raise ValueError(f"{label}: unknown field(s) {sorted(extra)}")
+    if raw["match"] not in PREDICATES:
+        raise ValueError(f"{label}: match {raw['match']!r} is not a predicate; expected one of {sorted(PREDICATES)}")
+    if raw["scale_kind"] not in ("e8m0", "e4m3"):
+        raise ValueError(f"{label}: scale_kind {raw['scale_kind']!r} is not e8m0 or e4m3")
+    bad = [s for s in raw["stages"] if s not in STAGES]
+    if bad:
+        raise ValueError(f"{label}: unknown stages {bad}; expected {STAGES}")
+    if raw.get("modes") is not None and any(m not in hf.SCALE_MODES for m in raw["modes"]):
+        raise ValueError(f"{label}: unknown modes {raw['modes']}; expected {hf.SCALE_MODES}")
+    try:
+        versions = SpecifierSet(str(raw["versions"]))
+    except InvalidSpecifier:
+        raise ValueError(f"{label}: versions {raw['versions']!r} is not a PEP 440 specifier") from None
+    return Divergence(
+        id=str(raw["id"]), implementation=str(raw["implementation"]), versions=versions,
+        scale_kind=raw["scale_kind"], stages=tuple(raw["stages"]), match=raw["match"],
+        explanation=" ".join(str(raw["explanation"]).split()),
+        modes=tuple(raw["modes"]) if raw.get("modes") else None,
+        dtypes=tuple(raw["dtypes"]) if raw.get("dtypes") else None, found=str(raw.get("found", "")),
+    )
+
+
+def load_registry(path=None) -> tuple:
+    path = Path(path or REGISTRY_PATH)
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: the registry must be a YAML list of entries")
+    entries = tuple(_entry(raw, f"{path}[{i}]") for i, raw in enumerate(data))
+    ids = [e.id for e in entries]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ValueError(f"{path}: duplicate ids {dup}")
+    return entries
+
+
+@functools.lru_cache(maxsize=None)
+def default_registry() -> tuple:
+    return load_registry()
+
+
+def explain(registry, impl_name: str, impl_version: str, case: BlockCase) -> Optional[Divergence]:
+    for entry in registry:
+        if entry.applies(impl_name, impl_version, case):
+            return entry
+    return None

@@ -1,0 +1,32 @@
+"""pytest plugin (entry point `pytest11`): fixtures for a kernel team's suite.
+
+    def test_my_kernel(conformance):
+        conformance.check(my_qdq, "mxfp4", "even")
+
+    def test_my_property(format_strategies):
+        @hypothesis.given(format_strategies.block_tensors("nvfp4"))
+        def inner(case): ...
+
+`conformance` has check (harness.conformance.check.check), run (a whole
+run_conformance) and Implementation; `format_strategies` is harness.strategies.
+"""
+from __future__ import annotations
+
+import types
+
+import pytest
+
+
+@pytest.fixture
+def conformance():
+    from . import Implementation, run_conformance
+    from .check import check
+
+    return types.SimpleNamespace(check=check, run=run_conformance, Implementation=Implementation)
+
+
+@pytest.fixture
+def format_strategies():
+    import harness.strategies
+
+    return harness.strategies
