@@ -16,7 +16,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(HARNESS_TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[test,lmeval,pipelines]"
+	$(BIN)/python -m pip install -q -e ".[test,lmeval,pipelines,conformance]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -132,7 +132,9 @@ def _qdq_fp8_per_tensor(x32: torch.Tensor, scale) -> torch.Tensor:
     e4m3 = hf.FORMATS["mxfp8_e4m3"].element
     if scale is None:
         amax = x32.abs().amax() if x32.numel() else torch.zeros((), dtype=F32)
-        s = torch.where(amax > 0, amax / e4m3.max_normal, torch.ones_like(amax)).to(F32)
+        # divided by a tensor: correctly rounded on every device (a Python-scalar
+        # divisor becomes a reciprocal multiply in torch's CUDA kernels)
+        s = torch.where(amax > 0, amax / torch.full_like(amax, e4m3.max_normal), torch.ones_like(amax)).to(F32)
     else:
         s = torch.as_tensor(scale).to(F32).reshape(())
     # e4m3 encode (RNE, saturating) of x/s, via the spec's element codec.
