@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 import harness.formats as hf
+from harness.formats import minifloat, scales
 from harness.moe import reference as ref
 from harness.moe import tolerance as _tol
 
