@@ -56,19 +56,19 @@ def add_arguments(parser):
 
 
 def _formats_section(ctx, emit):
-    for r in format_checks.run_checks(seed=ctx["seed"], device=ctx["device"]):
+    for r in format_checks.iter_checks(seed=ctx["seed"], device=ctx["device"]):
         emit(r)
 
 
 def _kernels_section(ctx, emit):
     mod = importlib.import_module("harness.kernels.checks")
-    for r in mod.run_checks(seed=ctx["seed"], device=ctx["device"]):
+    for r in mod.iter_checks(seed=ctx["seed"], device=ctx["device"]):
         emit(r)
 
 
 def _moe_section(ctx, emit):
     mod = importlib.import_module("harness.moe.checks")
-    for r in mod.run_checks(seed=ctx["seed"], device=ctx["device"]):
+    for r in mod.iter_checks(seed=ctx["seed"], device=ctx["device"]):
         emit(r)
 
 

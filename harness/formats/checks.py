@@ -45,9 +45,9 @@ def _variants(spec):
             yield mode, rounding
 
 
-def run_checks(seed: int = 0, device="cpu") -> list[dict]:
+def iter_checks(seed: int = 0, device="cpu"):
+    """The checks one by one, each yielded as soon as it finishes."""
     device = torch.device(device)
-    results = []
     for name, spec in FORMATS.items():
         x = _sample(seed, spec.block_size, device)
         finite_rows = torch.isfinite(x).all(-1)
@@ -77,5 +77,8 @@ def run_checks(seed: int = 0, device="cpu") -> list[dict]:
                 same = torch.equal(ref.codes, q.codes.cpu()) and torch.equal(ref.scales, q.scales.cpu())
                 details["device_equals_cpu"] = same
                 ok &= same
-            results.append({"name": f"{name}/{mode}/{rounding}", "passed": bool(ok), "details": details})
-    return results
+            yield ({"name": f"{name}/{mode}/{rounding}", "passed": bool(ok), "details": details})
+
+
+def run_checks(seed: int = 0, device="cpu") -> list[dict]:
+    return list(iter_checks(seed=seed, device=device))

@@ -35,12 +35,12 @@ def _sample(seed: int, rows: int, cols: int, dtype, device) -> torch.Tensor:
     return x.to(dtype).to(device)
 
 
-def run_checks(seed: int = 0, device="cpu") -> list[dict]:
+def iter_checks(seed: int = 0, device="cpu"):
+    """The checks one by one, each yielded as soon as it finishes."""
     device = torch.device(device)
     on_gpu = device.type == "cuda"
     rows, cols = (256, 4096) if on_gpu else (4, 64)
     dtypes = (torch.bfloat16, torch.float16, torch.float32) if on_gpu else (torch.bfloat16,)
-    results = []
     for name, spec in hf.FORMATS.items():
         modes = hf.SCALE_MODES if spec.is_mx else ("floor",)
         for mode in modes:
@@ -60,5 +60,8 @@ def run_checks(seed: int = 0, device="cpu") -> list[dict]:
                     details[f"{tag}_dequantize"] = same_dq
                     ok &= same_q and same_qdq and same_dq
                 details["shape"] = [rows, cols]
-                results.append({"name": f"triton {name}/{mode}/{rounding}", "passed": bool(ok), "details": details})
-    return results
+                yield ({"name": f"triton {name}/{mode}/{rounding}", "passed": bool(ok), "details": details})
+
+
+def run_checks(seed: int = 0, device="cpu") -> list[dict]:
+    return list(iter_checks(seed=seed, device=device))

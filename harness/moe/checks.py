@@ -89,14 +89,17 @@ def check_scheme(scheme: str, backend: str, seed: int, device, index: int = 0) -
     }
 
 
-def run_checks(seed: int, device, backends=BACKENDS) -> list[dict]:
+def iter_checks(seed: int, device, backends=BACKENDS):
+    """The checks one by one, each yielded as soon as it finishes."""
     device = torch.device(device)
-    results = []
     for i, scheme in enumerate(SCHEME_NAMES):
         for backend in backends:
             try:
-                results.append(check_scheme(scheme, backend, seed, device, index=i))
+                yield (check_scheme(scheme, backend, seed, device, index=i))
             except Exception as exc:  # a crash is a failed check with its reason, not a dead run
-                results.append({"name": f"moe.{scheme}.{backend}", "passed": False,
+                yield ({"name": f"moe.{scheme}.{backend}", "passed": False,
                                 "details": {"error": f"{type(exc).__name__}: {exc}"}})
-    return results
+
+
+def run_checks(seed: int, device, backends=BACKENDS) -> list[dict]:
+    return list(iter_checks(seed=seed, device=device, backends=backends))
