@@ -13,6 +13,7 @@ COMMANDS = {
     "eval": ("harness.lmeval.command", "lm-eval accuracy run with statistical gates"),
     "train-tiny": ("harness.lmeval.train", "train the bundled tiny MoE model (CPU, deterministic)"),
     "pipeline": ("harness.pipelines.command", "validate or run Buildkite pipelines locally"),
+    "targets": ("harness.kernels.targets", "compile every Triton kernel ahead of time for gfx942, gfx950, sm_90, sm_100"),
 }
 BENCHES = {
     "kernels": ("harness.kernels.bench", "Triton kernel bandwidth vs copy and torch.compile"),
