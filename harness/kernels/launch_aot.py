@@ -4,7 +4,8 @@ make, registered for the ahead-of-time compile check (harness.kernels.registry).
 Built from launch.py's own tile constants and constexpr helpers: a format in
 the table, a scale mode, a rounding, an input dtype, the masked or unmasked
 tail (EVEN), a scalar or per-row global scale, packed or unpacked fp4.
-Interpreter-only constexprs (BF16_BY_BITS) are False on a GPU.
+Interpreter-only constexprs (BF16_BY_BITS) are False on a GPU; the launches
+are the same on every backend.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def _variant(kernel, config, types, consts, num_warps=launch.GPU_NUM_WARPS):
     return Variant(config, sig, consts, dict(num_warps=num_warps, **launch.GPU_OPTIONS))
 
 
-def qdq_variants():
+def qdq_variants(backend=None):
     k = kernels(False).qdq_kernel
     for fmt in FORMAT_NAMES:
         spec = get_format(fmt)
@@ -61,7 +62,7 @@ def qdq_variants():
                         yield _variant(k, _label(fmt, mode, rnd, _DT[dt], even=even, per_row=per_row), types, consts)
 
 
-def _quantize_variants(packed: bool):
+def _quantize_variants(packed: bool, backend=None):
     k = kernels(False).quantize_packed_kernel if packed else kernels(False).quantize_kernel
     bpp, tpp = launch.GPU_QUANT_TILE_BLOCKS, launch.GPU_QUANT_TPP
     for fmt in FORMAT_NAMES:
@@ -84,7 +85,7 @@ def _quantize_variants(packed: bool):
                         yield _variant(k, _label(fmt, mode, rnd, _DT[dt], even=even, per_row=per_row), types, consts)
 
 
-def dequantize_variants():
+def dequantize_variants(backend=None):
     k = kernels(False).dequantize_kernel
     for fmt in FORMAT_NAMES:
         spec = get_format(fmt)
@@ -101,6 +102,6 @@ def dequantize_variants():
 
 
 register("qdq_kernel", lambda: kernels(False).qdq_kernel, qdq_variants)
-register("quantize_kernel", lambda: kernels(False).quantize_kernel, lambda: _quantize_variants(False))
-register("quantize_packed_kernel", lambda: kernels(False).quantize_packed_kernel, lambda: _quantize_variants(True))
+register("quantize_kernel", lambda: kernels(False).quantize_kernel, lambda b: _quantize_variants(False, b))
+register("quantize_packed_kernel", lambda: kernels(False).quantize_packed_kernel, lambda b: _quantize_variants(True, b))
 register("dequantize_kernel", lambda: kernels(False).dequantize_kernel, dequantize_variants)

@@ -3,10 +3,11 @@ host code can pick, for the ahead-of-time compile check (`moe-harness targets`).
 
 The module that launches a kernel registers it, next to its launch tables:
 
-    registry.register("qdq_kernel", lambda: kernels(False).qdq_kernel, _aot_qdq)
+    registry.register("qdq_kernel", lambda: kernels(False).qdq_kernel, qdq_variants)
 
-where the variants function yields one `Variant` per launch the host code can
-make on a GPU (argument types, constexprs, compile options), built from the
+where the variants function, given a backend ("cuda" or "hip"), yields one
+`Variant` per launch the host code can make on a GPU of that backend
+(argument types, constexprs, compile options), built from the
 same tables and helpers the launcher uses. PROVIDERS names the modules that
 register; suites/targets checks that every kernel harness.kernels.inventory
 finds in the source is registered, so a new kernel cannot be left out.
@@ -40,7 +41,7 @@ class Variant:
 class Kernel:
     name: str
     jit: Callable  # () -> the compiled (not interpreted) triton JITFunction
-    variants: Callable[[], Iterable[Variant]]
+    variants: Callable[[str], Iterable[Variant]]  # (backend "cuda" | "hip") -> launches there
 
     def source_file(self) -> Path:
         fn = self.jit()
@@ -50,7 +51,7 @@ class Kernel:
 _REGISTRY: dict[str, Kernel] = {}
 
 
-def register(name: str, jit: Callable, variants: Callable[[], Iterable[Variant]]) -> Kernel:
+def register(name: str, jit: Callable, variants: Callable[[str], Iterable[Variant]]) -> Kernel:
     if name in _REGISTRY:
         raise ValueError(f"Triton kernel {name!r} is registered twice")
     k = Kernel(name, jit, variants)

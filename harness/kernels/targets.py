@@ -211,9 +211,10 @@ def _variant_dict(v) -> dict:
                 options=dict(v.options))
 
 
-def work_list(kernel_patterns=None, config_patterns=None) -> list[dict]:
-    """[{kernel, config, aliases, signature, constexprs, options, source}] over the
-    registry, duplicates (identical compiles) folded into one with aliases."""
+def work_list(kernel_patterns=None, config_patterns=None, backend="cuda") -> list[dict]:
+    """[{kernel, config, aliases, signature, constexprs, options, source}]: the
+    registry's launches on `backend` ("cuda" | "hip"), duplicates (identical
+    compiles) folded into one with aliases."""
     from . import registry
 
     reg = registry.kernels()
@@ -227,7 +228,7 @@ def work_list(kernel_patterns=None, config_patterns=None) -> list[dict]:
         path = k.source_file()
         source = dict(file=path.as_posix(), text_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
                       triton_cache_key=fn.cache_key)
-        for v in k.variants():
+        for v in k.variants(backend):
             if config_patterns and not any(fnmatch.fnmatchcase(v.config, p) for p in config_patterns):
                 continue
             d = _variant_dict(v)
@@ -334,14 +335,17 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
         raise ValueError(f"unknown target {', '.join(unknown)}; expected some of {', '.join(TARGETS)}")
     if coverage not in COVERAGES:
         raise ValueError(f"unknown coverage {coverage!r}; expected one of {', '.join(COVERAGES)}")
-    items = work_list(kernel_patterns, config_patterns)
-    n_launches = len(items)
-    if coverage == "pairs":
-        items = select_pairs(items)
+    lists, n_launches = {}, {}
+    for t in target_names:
+        b = TARGETS[t].backend
+        if b not in lists:
+            items = work_list(kernel_patterns, config_patterns, b)
+            n_launches[b] = len(items)
+            lists[b] = select_pairs(items) if coverage == "pairs" else items
     cache = Path(cache_dir) if cache_dir else None
     rows, todo = [], []
-    for item in items:
-        for t in target_names:
+    for t in target_names:
+        for item in lists[TARGETS[t].backend]:
             key = cache_key(item, TARGETS[t], triton.__version__)
             hit = _cache_get(cache, key)
             base = dict(kernel=item["kernel"], config=item["config"], aliases=item["aliases"])
@@ -381,7 +385,8 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
         else:
             os.environ["TRITON_CACHE_DIR"] = old
     return dict(
-        meta=dict(triton_version=triton.__version__, coverage=coverage, launches=n_launches, selected=len(items),
+        meta=dict(triton_version=triton.__version__, coverage=coverage, launches=n_launches,
+                  selected={b: len(v) for b, v in lists.items()},
                   targets={t: dict(shared_limit=TARGETS[t].shared_limit,
                                                                       limit_source=TARGETS[t].limit_source)
                                                               for t in target_names},
@@ -455,8 +460,8 @@ def table(doc: dict, verbose: bool = False) -> str:
                 lines.append("    " + r["error"].splitlines()[0][:300])
     m = doc["meta"]
     lines.append("")
-    lines.append(f"coverage {m['coverage']}: {m['selected']} of {m['launches']} distinct launch configurations, "
-                 f"{len(doc['meta']['targets'])} target(s)")
+    for b, n in m["launches"].items():
+        lines.append(f"coverage {m['coverage']}: {m['selected'][b]} of {n} distinct launch configurations on {b}")
     lines.append(f"triton {m['triton_version']}: {m['compiled']} compiled, {m['cached']} from the cache "
                  f"({m['cache_dir'] or 'cache off'}), {m['wall_s']} s with {m['jobs']} job(s)")
     scan = doc["source_scan"]

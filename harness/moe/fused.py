@@ -311,16 +311,37 @@ GPU_CONFIGS = {
     "dequant": dict(BLOCK_N=16, BLOCK_K=512, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
                     PACK_JOIN=True),
 }
+# ROCm with float32 operands (precision "ieee", or float32 weights): gfx942 has
+# 64 KiB of LDS per workgroup, and the H200 tiles above need 80-192 KiB there
+# (`moe-harness targets`, docs/targets.md), so these replace them. Chosen to
+# fit (<= 32 KiB on gfx942), not yet tuned on an MI300X. bf16 operands keep
+# GPU_CONFIGS on ROCm (<= 32 KiB there).
+ROCM_F32_CONFIGS = {
+    "small": dict(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
+                  PACK_JOIN=True),
+    "large": dict(BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
+                  PACK_JOIN=True),
+    "large_float": dict(BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=2),
+}
 # mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows
 PREDEQUANT_MIN_ROWS_PER_EXPERT = 128
 INTERP_CONFIG = dict(BLOCK_N=16, BLOCK_K=32)
 
 
-def launch_config(bm: int, interpret: bool, override: Optional[dict] = None, kind: Optional[str] = None) -> dict:
+def on_rocm() -> bool:
+    return torch.version.hip is not None
+
+
+def launch_config(bm: int, interpret: bool, override: Optional[dict] = None, kind: Optional[str] = None,
+                  rocm_f32: bool = False) -> dict:
+    """The launch table entry: INTERP_CONFIG, else GPU_CONFIGS[kind] (by default
+    "small" below BLOCK_M 64, else "large"), or ROCM_F32_CONFIGS[kind] where it
+    has one when `rocm_f32` (ROCm, float32 operands); `override` on top."""
     if interpret:
         cfg = dict(INTERP_CONFIG)
     else:
-        cfg = dict(GPU_CONFIGS[kind or ("small" if bm < 64 else "large")])
+        kind = kind or ("small" if bm < 64 else "large")
+        cfg = dict(ROCM_F32_CONFIGS[kind] if rocm_f32 and kind in ROCM_F32_CONFIGS else GPU_CONFIGS[kind])
     cfg.update(override or {})
     if interpret:
         for k in ("num_warps", "num_stages"):
@@ -329,10 +350,13 @@ def launch_config(bm: int, interpret: bool, override: Optional[dict] = None, kin
 
 
 def gemm_meta(kind: int, fmt: Optional[str], *, bf16: bool, has_post: bool, block_m: int, n: int, k: int,
-              interpret: bool, config: Optional[dict] = None, cfg_kind: Optional[str] = None) -> dict:
+              interpret: bool, config: Optional[dict] = None, cfg_kind: Optional[str] = None, rocm: bool = False,
+              w_bytes: int = 1) -> dict:
     """Constexprs and compile options (num_warps, num_stages) of one grouped-GEMM
-    launch; the ahead-of-time check (fused_aot.py) enumerates the same."""
-    cfg = launch_config(block_m, interpret, config, cfg_kind)
+    launch; the ahead-of-time check (fused_aot.py) enumerates the same.
+    rocm: launching on ROCm; w_bytes: bytes per stored weight element."""
+    f32 = not bf16 or (kind == 0 and w_bytes == 4)
+    cfg = launch_config(block_m, interpret, config, cfg_kind, rocm_f32=rocm and f32)
     if kind == 0:
         for flag in ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN"):
             cfg.pop(flag, None)
@@ -436,7 +460,8 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         run_fw = FusedWeights(0, scratch, None, None, None, None, fw.E, fw.N, fw.K)
         mult, cfg_kind = None, ("large_float" if bm >= 64 else "small")
     meta = gemm_meta(run_fw.kind, run_fw.fmt, bf16=bf16, has_post=post is not None, block_m=bm, n=fw.N, k=K,
-                     interpret=interpret, config=config, cfg_kind=cfg_kind)
+                     interpret=interpret, config=config, cfg_kind=cfg_kind, rocm=on_rocm(),
+                     w_bytes=run_fw.data.element_size())
     grid = (block_expert.shape[0], triton.cdiv(fw.N, meta["BLOCK_N"]))
     dummy = out
     _kernel(interpret)[grid](

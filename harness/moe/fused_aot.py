@@ -41,8 +41,9 @@ def weight_formats():
     return sorted({s.weight_fmt for s in SCHEMES.values() if s.weight_fmt})
 
 
-def gemm_variants():
+def gemm_variants(backend: str):
     k = fused._kernel(False)
+    rocm = backend == "hip"
     for prec in ("ieee", "bf16"):
         bf16 = prec == "bf16"
         x_dt = torch.bfloat16 if bf16 else torch.float32
@@ -53,7 +54,7 @@ def gemm_variants():
                     post = bf16 and fmt == "nvfp4"  # post_bf16: 1/(gs_w * gs_a) after the dot
                     # mode "fused": codes decoded in the K loop
                     meta = fused.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
-                                           config={"EVEN_NK": even})
+                                           config={"EVEN_NK": even}, rocm=rocm)
                     yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, torch.uint8), meta)
                     # mode "predequant": the dequant-only pass, then the GEMM on the float scratch
                     if bm == fused.BLOCK_MS[0]:
@@ -63,23 +64,24 @@ def gemm_variants():
                         yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)
                     kind = "large_float" if bm >= 64 else "small"
                     meta = fused.gemm_meta(0, None, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
-                                           config={"EVEN_NK": even}, cfg_kind=kind)
+                                           config={"EVEN_NK": even}, cfg_kind=kind, rocm=rocm,
+                                           w_bytes=x_dt.itemsize)
                     yield _variant(k, f"predequant.gemm.{prec}.bm{bm}.{tail}" + (".post" if post else ""),
                                    _gemm_types(x_dt, x_dt), meta)
                 # float weights as given (scheme "bf16", FusedWeights.from_float)
                 for w_dt in FLOAT_DTYPES:
                     meta = fused.gemm_meta(0, None, bf16=bf16, has_post=False, block_m=bm, n=0, k=0, interpret=False,
-                                           config={"EVEN_NK": even})
+                                           config={"EVEN_NK": even}, rocm=rocm, w_bytes=w_dt.itemsize)
                     yield _variant(k, f"float.w{_DT[w_dt]}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, w_dt), meta)
 
 
-def silu_variants():
+def silu_variants(backend=None):
     k = fused_act._kernel()
     types = dict(h_ptr="*fp32", out_ptr="*fp32", inter="i32", stride_h="i32", stride_o="i32")
     yield _variant(k, "f32", types, fused_act.SILU_META)
 
 
-def scale_variants():
+def scale_variants(backend=None):
     k = fused_act._scale_kernel()
     types = dict(x_ptr="*fp32", g_ptr="*fp32", out_ptr="*bf16", n="i32")
     yield _variant(k, "f32-to-bf16", types, fused_act.SCALE_META)

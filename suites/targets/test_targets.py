@@ -80,8 +80,9 @@ C = triton.jit(c_kernel)
     assert sorted(inventory.jit_function_sources(src)) == ["_helper", "a_kernel", "b_kernel", "c_kernel"]
 
 
-def test_every_kernel_has_launches_and_pairs_keep_every_value():
-    items = targets.work_list()
+@pytest.mark.parametrize("backend", ["cuda", "hip"])
+def test_every_kernel_has_launches_and_pairs_keep_every_value(backend):
+    items = targets.work_list(backend=backend)
     chosen = targets.select_pairs(items)
     assert {i["kernel"] for i in items} == set(registry.kernels()) == {i["kernel"] for i in chosen}
     for k in registry.kernels():
@@ -98,6 +99,30 @@ def test_launch_tables_reach_the_work_list(monkeypatch):
     monkeypatch.setitem(fused.GPU_CONFIGS, "large", dict(fused.GPU_CONFIGS["large"], BLOCK_N=96))
     got = {i["constexprs"]["BLOCK_N"] for i in targets.work_list(["_moe_gemm_kernel"], ["fused.*.bm128.*"])}
     assert got == {96}
+
+
+def test_rocm_takes_the_lds_safe_tiles_for_float32_operands():
+    """gfx942's 64 KiB of LDS: float32 operands on ROCm use ROCM_F32_CONFIGS
+    (the H200 tiles need 80-192 KiB there); bf16 operands and CUDA keep GPU_CONFIGS."""
+    from harness.moe import fused
+
+    def tile(bm, **kw):
+        m = fused.gemm_meta(kw.pop("kind", 1), kw.pop("fmt", "mxfp4"), has_post=False, block_m=bm, n=0, k=0,
+                            interpret=False, **kw)
+        return m["BLOCK_N"], m["BLOCK_K"], m["num_warps"], m["num_stages"]
+
+    def table(t, kind):
+        return t[kind]["BLOCK_N"], t[kind]["BLOCK_K"], t[kind]["num_warps"], t[kind]["num_stages"]
+
+    rocm, cuda = fused.ROCM_F32_CONFIGS, fused.GPU_CONFIGS
+    for bm, kind in ((16, "small"), (128, "large")):
+        assert tile(bm, bf16=False, rocm=True) == table(rocm, kind)
+        assert tile(bm, bf16=False, rocm=False) == table(cuda, kind)
+        assert tile(bm, bf16=True, rocm=True) == table(cuda, kind)
+        assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=4) == table(rocm, kind)
+        assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=2) == table(cuda, kind)
+    assert tile(128, bf16=False, rocm=True, kind=0, fmt=None, w_bytes=4, cfg_kind="large_float") == \
+        table(rocm, "large_float")
 
 
 # ---------------------------------------------------------------- faults shown red
@@ -142,7 +167,7 @@ def ocp_fp8_probe_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
 def probes():
     registry.kernels()  # the real ones first
     for name, fn in (("ptx_probe_kernel", ptx_probe_kernel), ("ocp_fp8_probe_kernel", ocp_fp8_probe_kernel)):
-        registry.register(name, lambda fn=fn: fn, lambda fn=fn: [Variant(
+        registry.register(name, lambda fn=fn: fn, lambda backend, fn=fn: [Variant(
             "f32", {"x_ptr": "*fp32", "y_ptr": "*i32" if fn is ptx_probe_kernel else "*fp32", "BLOCK": "constexpr"},
             {"BLOCK": 256}, {"num_warps": 4})])
     yield
@@ -197,7 +222,7 @@ def test_cache_hits_when_unchanged_and_misses_when_the_launch_changes(tmp_path, 
     assert second["results"][0]["n_regs"] == first["results"][0]["n_regs"]
     monkeypatch.setattr(fused_act, "SILU_META", dict(fused_act.SILU_META, num_warps=8))
     assert run()["meta"]["compiled"] == 1
-    item = targets.work_list(["silu_and_mul_kernel"])[0]
+    item = targets.work_list(["silu_and_mul_kernel"], backend="hip")[0]
     keys = {targets.cache_key(item, targets.TARGETS[t], v) for t in ("gfx942", "sm_90") for v in ("3.6.0", "3.9.0")}
     assert len(keys) == 4
 
