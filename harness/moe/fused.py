@@ -332,6 +332,11 @@ def on_rocm() -> bool:
     return torch.version.hip is not None
 
 
+def launch_tables() -> dict:
+    """Which table the GEMM's launches take on this machine, by tl.dot operand width."""
+    return {"bf16": "GPU_CONFIGS", "float32": "ROCM_F32_CONFIGS" if on_rocm() else "GPU_CONFIGS"}
+
+
 def launch_config(bm: int, interpret: bool, override: Optional[dict] = None, kind: Optional[str] = None,
                   rocm_f32: bool = False) -> dict:
     """The launch table entry: INTERP_CONFIG, else GPU_CONFIGS[kind] (by default

@@ -125,6 +125,17 @@ def test_rocm_takes_the_lds_safe_tiles_for_float32_operands():
         table(rocm, "large_float")
 
 
+def test_the_dispatch_says_which_table_runs(monkeypatch):
+    import torch
+
+    from harness.moe import fused
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "float32": "GPU_CONFIGS"}
+    monkeypatch.setattr(torch.version, "hip", "7.1.0")
+    assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "float32": "ROCM_F32_CONFIGS"}
+
+
 # ---------------------------------------------------------------- faults shown red
 
 
