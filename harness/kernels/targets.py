@@ -99,9 +99,8 @@ def _triton_api():
 
 def _pointer_attrs(target, signature: dict) -> dict:
     """Pointers 16-byte aligned, as torch allocations are (Triton specialises on it)."""
-    from triton.compiler.compiler import make_backend
-
     from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
 
     backend = make_backend(GPUTarget(target.backend, target.arch, target.warp_size))
     parse = getattr(backend, "parse_attr", None)
@@ -498,6 +497,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="print every row, not only failures")
 
 
+def _command_line(args) -> str:
+    parts = ["moe-harness targets", "--targets " + ",".join(args.targets), f"--coverage {args.coverage}",
+             f"--jobs {args.jobs}"]
+    if args.kernels:
+        parts.append("--kernels " + ",".join(args.kernels))
+    if args.configs:
+        parts.append("--configs " + ",".join(args.configs))
+    return " ".join(parts)
+
+
 def main(args) -> int:
     cache = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     if args.jobs < 1:
@@ -513,7 +522,7 @@ def main(args) -> int:
     except (ValueError, RuntimeError) as exc:
         print(f"moe-harness targets: {exc}", file=sys.stderr)
         return 2
-    doc["meta"]["command"] = "moe-harness targets " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["targets"] else [])
+    doc["meta"]["command"] = _command_line(args)
     print(table(doc, args.verbose))
     if args.json:
         from harness.report import atomic_write_json
