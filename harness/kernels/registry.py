@@ -1,7 +1,8 @@
 """Registry of every Triton kernel and every GPU launch configuration the
 host code can pick, for the ahead-of-time compile check (`moe-harness targets`).
 
-The module that launches a kernel registers it, next to its launch tables:
+A module beside each launcher registers its kernels (launch_aot.py for
+launch.py; harness/moe/fused_aot.py for fused.py and fused_act.py):
 
     registry.register("qdq_kernel", lambda: kernels(False).qdq_kernel, qdq_variants)
 
