@@ -186,12 +186,20 @@ def compile_variant(fn, variant: dict, target: Target) -> dict:
     fp8 = sorted(set(_FP8.findall(ttir)))
     row.update(n_regs=metrics.pop("n_regs"), n_spills=metrics.pop("n_spills"), shared=shared, details=metrics,
                fp8_types=fp8, inline_asm=len(_ASM.findall(ttir)))
-    foreign = [t for t in fp8 if t in target.foreign_fp8]
+    return judge(row, target)
+
+
+def judge(row: dict, target: Target) -> dict:
+    """The verdict on a compiled launch under the target's current rules (also
+    applied to cached rows, so a changed limit needs no recompile)."""
+    row = {k: v for k, v in row.items() if k not in ("status", "error")}
+    row["shared_limit"] = target.shared_limit
+    foreign = [t for t in row["fp8_types"] if t in target.foreign_fp8]
     if foreign:
         row.update(status="fail", error=f"uses {', '.join(foreign)}, which {target.name} has no native support for")
-    elif shared > target.shared_limit:
+    elif row["shared"] > target.shared_limit:
         row.update(status="overflow",
-                   error=f"shared memory {shared} B exceeds {target.name}'s {target.shared_limit} B")
+                   error=f"shared memory {row['shared']} B exceeds {target.name}'s {target.shared_limit} B")
     else:
         row["status"] = "ok"
     return row
@@ -296,7 +304,7 @@ def _cache_get(cache: Path | None, key: str):
 
 
 def _cache_put(cache: Path | None, key: str, row: dict) -> None:
-    if cache is None or row["status"] == "fail":
+    if cache is None or "n_regs" not in row:  # only compiled launches; compile errors are redone
         return
     path = cache / key[:2] / f"{key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -349,7 +357,7 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
             hit = _cache_get(cache, key)
             base = dict(kernel=item["kernel"], config=item["config"], aliases=item["aliases"])
             if hit is not None:
-                rows.append(dict(base, **hit, cached=True))
+                rows.append(dict(base, **judge(hit, TARGETS[t]), cached=True))
             else:
                 rows.append(None)
                 todo.append((len(rows) - 1, key, base, item, t))

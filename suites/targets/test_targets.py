@@ -4,6 +4,7 @@ configurations for all four targets), the registry covers every kernel in the
 source, and the faults the command exists for turn it red."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -233,6 +234,10 @@ def test_cache_hits_when_unchanged_and_misses_when_the_launch_changes(tmp_path, 
     assert second["results"][0]["n_regs"] == first["results"][0]["n_regs"]
     monkeypatch.setattr(fused_act, "SILU_META", dict(fused_act.SILU_META, num_warps=8))
     assert run()["meta"]["compiled"] == 1
+    # a changed limit re-judges cached rows without compiling
+    monkeypatch.setitem(targets.TARGETS, "gfx942", dataclasses.replace(targets.TARGETS["gfx942"], shared_limit=-1))
+    again = run()
+    assert again["meta"]["compiled"] == 0 and again["results"][0]["status"] == "overflow"
     item = targets.work_list(["silu_and_mul_kernel"], backend="hip")[0]
     keys = {targets.cache_key(item, targets.TARGETS[t], v) for t in ("gfx942", "sm_90") for v in ("3.6.0", "3.9.0")}
     assert len(keys) == 4
