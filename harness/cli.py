@@ -14,6 +14,7 @@ COMMANDS = {
     "train-tiny": ("harness.lmeval.train", "train the bundled tiny MoE model (CPU, deterministic)"),
     "pipeline": ("harness.pipelines.command", "validate or run Buildkite pipelines locally"),
     "conform": ("harness.conformance.command", "hold implementations of NVFP4 / OCP MX to the spec"),
+    "targets": ("harness.kernels.targets", "compile every Triton kernel ahead of time for gfx942, gfx950, sm_90, sm_100"),
 }
 BENCHES = {
     "kernels": ("harness.kernels.bench", "Triton kernel bandwidth vs copy and torch.compile"),

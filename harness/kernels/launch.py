@@ -26,6 +26,9 @@ GPU_QUANT_TILE_BLOCKS = 128
 GPU_QUANT_TPP = 2
 # Interpreter: one numpy pass per program, so few, large programs.
 INTERP_MAX_BPP = 256
+# Compile options of every GPU launch: no FMA contraction, so every float op
+# rounds exactly like the reference.
+GPU_OPTIONS = dict(enable_fp_fusion=False)
 
 
 def _next_pow2(n: int) -> int:
@@ -51,12 +54,35 @@ def _launch(kernel, n_blocks: int, bpp: int, args: tuple, consts: dict, interpre
         with np.errstate(all="ignore"):  # IEEE results are wanted; numpy's warnings are noise
             kernel[grid](*args, **kw)
     else:
-        # No FMA contraction: every float op rounds exactly like the reference.
-        kernel[grid](*args, **kw, num_warps=num_warps or GPU_NUM_WARPS, enable_fp_fusion=False)
+        kernel[grid](*args, **kw, num_warps=num_warps or GPU_NUM_WARPS, **GPU_OPTIONS)
 
 
 def triton_cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
+
+
+# Constexprs of each kernel's launch (the ahead-of-time check, launch_aot.py, uses the same).
+
+
+def qdq_constants(fmt, scale_mode, rounding, bpp, even, per_row, bf16_by_bits) -> dict:
+    return dict(kernel_constants(fmt, scale_mode, rounding), BPP=bpp, EVEN=even, GS_PER_ROW=per_row,
+                BF16_BY_BITS=bf16_by_bits)
+
+
+def quantize_constants(fmt, scale_mode, rounding, bpp, even, per_row, tpp, *, in_kind=None,
+                       bf16_by_bits=False) -> dict:
+    """quantize_packed_kernel's when in_kind is given, else quantize_kernel's."""
+    consts = dict(kernel_constants(fmt, scale_mode, rounding), BPP=bpp, EVEN=even, GS_PER_ROW=per_row, TPP=tpp)
+    if in_kind is None:
+        consts["BF16_BY_BITS"] = bf16_by_bits
+    else:
+        consts["IN_KIND"] = in_kind
+    return consts
+
+
+def dequantize_constants(fmt, bpp, even, per_row, packed, bf16_by_bits) -> dict:
+    return dict(kernel_constants(fmt), BPP=bpp, EVEN=even, GS_PER_ROW=per_row, PACKED=packed,
+                BF16_BY_BITS=bf16_by_bits)
 
 
 def _gs_args(gs, n_blocks: int, dummy: torch.Tensor, spec):
@@ -81,8 +107,8 @@ def qdq(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, *, tile_e
         return y
     bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
     gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x, spec)
-    consts = dict(kernel_constants(spec.name, scale_mode, rounding), BPP=bpp, EVEN=n_blocks % bpp == 0,
-                  GS_PER_ROW=per_row, BF16_BY_BITS=interpret and x.dtype == torch.bfloat16)
+    consts = qdq_constants(spec.name, scale_mode, rounding, bpp, n_blocks % bpp == 0, per_row,
+                           interpret and x.dtype == torch.bfloat16)
     k = kernels(interpret).qdq_kernel
     _launch(k, n_blocks, bpp, (x, y, gs_t, n_blocks, per_gs), consts, interpret, num_warps)
     return y
@@ -108,17 +134,17 @@ def quantize(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, pack
     bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
     tpp = tiles_per_program or (1 if interpret else GPU_QUANT_TPP)
     gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x, spec)
-    consts = dict(kernel_constants(spec.name, scale_mode, rounding), BPP=bpp, EVEN=n_blocks % (bpp * tpp) == 0,
-                  GS_PER_ROW=per_row, TPP=tpp)
+    even = n_blocks % (bpp * tpp) == 0
     if pack:
         word, kind = _PAIR_VIEW[x.dtype]
         if x.data_ptr() % (2 * x.element_size()):  # a view starting at an odd element
             x = x.clone()
-        consts["IN_KIND"] = kind
+        consts = quantize_constants(spec.name, scale_mode, rounding, bpp, even, per_row, tpp, in_kind=kind)
         k = kernels(interpret).quantize_packed_kernel
         args = (x.view(word), codes, scales, gs_t, n_blocks, per_gs)
     else:
-        consts["BF16_BY_BITS"] = interpret and x.dtype == torch.bfloat16
+        consts = quantize_constants(spec.name, scale_mode, rounding, bpp, even, per_row, tpp,
+                                    bf16_by_bits=interpret and x.dtype == torch.bfloat16)
         k = kernels(interpret).quantize_kernel
         args = (x, codes, scales, gs_t, n_blocks, per_gs)
     _launch(k, n_blocks, bpp, args, consts, interpret, num_warps)
@@ -136,8 +162,8 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, gs, fmt: str, packed: 
         return y
     bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
     gs_t, per_gs, per_row = _gs_args(gs, n_blocks, scales, spec)
-    consts = dict(kernel_constants(spec.name), BPP=bpp, EVEN=n_blocks % bpp == 0, GS_PER_ROW=per_row,
-                  PACKED=bool(packed), BF16_BY_BITS=interpret and dtype == torch.bfloat16)
+    consts = dequantize_constants(spec.name, bpp, n_blocks % bpp == 0, per_row, bool(packed),
+                                  interpret and dtype == torch.bfloat16)
     k = kernels(interpret).dequantize_kernel
     _launch(k, n_blocks, bpp, (codes, scales, gs_t, y, n_blocks, per_gs), consts, interpret, num_warps)
     return y

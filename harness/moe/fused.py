@@ -253,12 +253,15 @@ def resolve_precision(precision: str, scheme, device=None) -> str:
     return "bf16" if scheme.is_nvfp4 or (scheme.act_fmt not in (None, "fp8")) else "ieee"
 
 
+BLOCK_MS = (16, 32, 64, 128)  # BLOCK_M by rows per expert (the last one for anything above)
+
+
 def _block_m(num_rows: int, num_experts: int) -> int:
     per_expert = max(1, num_rows // max(1, num_experts))
-    for bm in (16, 32, 64):
+    for bm in BLOCK_MS[:-1]:
         if per_expert <= bm:
             return bm
-    return 128
+    return BLOCK_MS[-1]
 
 
 def sort_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
@@ -284,10 +287,10 @@ def sort_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
     return rows, block_expert
 
 
-def _fmt_constexprs(fw: FusedWeights) -> dict:
-    if fw.kind == 0:
+def _fmt_constexprs(kind: int, fmt: Optional[str]) -> dict:
+    if kind == 0:
         return dict(PACKED=False, WIDTH=8, EBITS=4, MBITS=3, BIAS=7, IS_FN=False, QBLOCK=32)
-    spec = hf.get_format(fw.fmt)
+    spec = hf.get_format(fmt)
     el = spec.element
     return dict(PACKED=spec.is_fp4, WIDTH=el.width, EBITS=el.ebits, MBITS=el.mbits, BIAS=el.bias,
                 IS_FN=el.specials == "fn", QBLOCK=spec.block_size)
@@ -308,21 +311,74 @@ GPU_CONFIGS = {
     "dequant": dict(BLOCK_N=16, BLOCK_K=512, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
                     PACK_JOIN=True),
 }
+# ROCm with float32 operands (precision "ieee", or float32 weights): gfx942 has
+# 64 KiB of LDS per workgroup, and the H200 tiles above need 80-192 KiB there
+# (`moe-harness targets`, docs/targets.md), so these replace them. Chosen to
+# fit (<= 32 KiB on gfx942), not yet tuned on an MI300X. bf16 operands keep
+# GPU_CONFIGS on ROCm (<= 32 KiB there).
+ROCM_F32_CONFIGS = {
+    "small": dict(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
+                  PACK_JOIN=True),
+    "large": dict(BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
+                  PACK_JOIN=True),
+    "large_float": dict(BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=2),
+}
 # mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows
 PREDEQUANT_MIN_ROWS_PER_EXPERT = 128
 INTERP_CONFIG = dict(BLOCK_N=16, BLOCK_K=32)
 
 
-def launch_config(bm: int, interpret: bool, override: Optional[dict] = None, kind: Optional[str] = None) -> dict:
+def on_rocm() -> bool:
+    return torch.version.hip is not None
+
+
+def launch_tables() -> dict:
+    """Which table the GEMM's launches take on this machine, by tl.dot operand width."""
+    return {"bf16": "GPU_CONFIGS", "float32": "ROCM_F32_CONFIGS" if on_rocm() else "GPU_CONFIGS"}
+
+
+def launch_config(bm: int, interpret: bool, override: Optional[dict] = None, kind: Optional[str] = None,
+                  rocm_f32: bool = False) -> dict:
+    """The launch table entry: INTERP_CONFIG, else GPU_CONFIGS[kind] (by default
+    "small" below BLOCK_M 64, else "large"), or ROCM_F32_CONFIGS[kind] where it
+    has one when `rocm_f32` (ROCm, float32 operands); `override` on top."""
     if interpret:
         cfg = dict(INTERP_CONFIG)
     else:
-        cfg = dict(GPU_CONFIGS[kind or ("small" if bm < 64 else "large")])
+        kind = kind or ("small" if bm < 64 else "large")
+        cfg = dict(ROCM_F32_CONFIGS[kind] if rocm_f32 and kind in ROCM_F32_CONFIGS else GPU_CONFIGS[kind])
     cfg.update(override or {})
     if interpret:
         for k in ("num_warps", "num_stages"):
             cfg.pop(k, None)
     return cfg
+
+
+def gemm_meta(kind: int, fmt: Optional[str], *, bf16: bool, has_post: bool, block_m: int, n: int, k: int,
+              interpret: bool, config: Optional[dict] = None, cfg_kind: Optional[str] = None, rocm: bool = False,
+              w_bytes: int = 1) -> dict:
+    """Constexprs and compile options (num_warps, num_stages) of one grouped-GEMM
+    launch; the ahead-of-time check (fused_aot.py) enumerates the same.
+    rocm: launching on ROCm; w_bytes: bytes per stored weight element."""
+    f32 = not bf16 or (kind == 0 and w_bytes == 4)
+    cfg = launch_config(block_m, interpret, config, cfg_kind, rocm_f32=rocm and f32)
+    if kind == 0:
+        for flag in ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN"):
+            cfg.pop(flag, None)
+    cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)
+    return dict(KIND=kind, BF16=bf16, HAS_POST=has_post, DEQUANT_ONLY=False, BLOCK_M=block_m,
+                **_fmt_constexprs(kind, fmt), **cfg)
+
+
+def dequant_meta(kind: int, fmt: Optional[str], *, n: int, k: int, interpret: bool,
+                 config: Optional[dict] = None) -> dict:
+    """Constexprs and compile options of the dequant-only launch (mode "predequant")."""
+    cfg = launch_config(16, interpret, config, None if interpret else "dequant")
+    if interpret:
+        cfg.update(BLOCK_N=16, BLOCK_K=32)
+    cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)
+    return dict(KIND=kind, BF16=False, HAS_POST=False, DEQUANT_ONLY=True, BLOCK_M=16, **_fmt_constexprs(kind, fmt),
+                **cfg)
 
 
 MODES = ("auto", "fused", "predequant")
@@ -408,21 +464,17 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         scratch = _dequantize(fw, torch.bfloat16 if bf16 else torch.float32, mult)
         run_fw = FusedWeights(0, scratch, None, None, None, None, fw.E, fw.N, fw.K)
         mult, cfg_kind = None, ("large_float" if bm >= 64 else "small")
-    cfg = launch_config(bm, interpret, config, cfg_kind)
-    if run_fw.kind == 0:
-        for flag in ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN"):
-            cfg.pop(flag, None)
-    cfg.setdefault("EVEN_NK", fw.N % cfg["BLOCK_N"] == 0 and K % cfg["BLOCK_K"] == 0)
-    grid = (block_expert.shape[0], triton.cdiv(fw.N, cfg["BLOCK_N"]))
+    meta = gemm_meta(run_fw.kind, run_fw.fmt, bf16=bf16, has_post=post is not None, block_m=bm, n=fw.N, k=K,
+                     interpret=interpret, config=config, cfg_kind=cfg_kind, rocm=on_rocm(),
+                     w_bytes=run_fw.data.element_size())
+    grid = (block_expert.shape[0], triton.cdiv(fw.N, meta["BLOCK_N"]))
     dummy = out
     _kernel(interpret)[grid](
         xk, rows, block_expert, run_fw.data, mult if mult is not None else dummy,
         post if post is not None else dummy,
         out, fw.N, K, xk.stride(0), out.stride(0),
         run_fw.data.stride(0), run_fw.data.stride(1), mult.stride(0) if mult is not None else 0,
-        mult.stride(1) if mult is not None else 0,
-        KIND=run_fw.kind, BF16=bf16, HAS_POST=post is not None, DEQUANT_ONLY=False,
-        BLOCK_M=bm, **_fmt_constexprs(run_fw), **cfg,
+        mult.stride(1) if mult is not None else 0, **meta,
     )
     return out
 
@@ -431,18 +483,13 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, mult: Optional[torch.Tenso
                 config: Optional[dict] = None) -> torch.Tensor:
     out = torch.empty(fw.E, fw.N, fw.K, dtype=dtype, device=fw.device)
     interpret = fw.device.type != "cuda"
-    cfg = launch_config(16, interpret, config, None if interpret else "dequant")
-    if interpret:
-        cfg.update(BLOCK_N=16, BLOCK_K=32)
-    cfg.setdefault("EVEN_NK", fw.N % cfg["BLOCK_N"] == 0 and fw.K % cfg["BLOCK_K"] == 0)
-    grid = (fw.E, triton.cdiv(fw.N, cfg["BLOCK_N"]))
+    meta = dequant_meta(fw.kind, fw.fmt, n=fw.N, k=fw.K, interpret=interpret, config=config)
+    grid = (fw.E, triton.cdiv(fw.N, meta["BLOCK_N"]))
     m = mult if mult is not None else out
     _kernel(interpret)[grid](
         out, out, out, fw.data, m, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
         fw.data.stride(0), fw.data.stride(1), m.stride(0) if mult is not None else 0,
-        m.stride(1) if mult is not None else 0,
-        KIND=fw.kind, BF16=False, HAS_POST=False, DEQUANT_ONLY=True,
-        BLOCK_M=16, **_fmt_constexprs(fw), **cfg,
+        m.stride(1) if mult is not None else 0, **meta,
     )
     return out
 

@@ -25,6 +25,9 @@ import triton
 import triton.language as tl
 
 BLOCK = 1024
+# Launch constexprs and compile options (fused_aot.py compiles the same).
+SILU_META = dict(BLOCK=BLOCK, num_warps=4, enable_fp_fusion=False)
+SCALE_META = dict(BLOCK=4096, num_warps=8, enable_fp_fusion=False)
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,7 +66,7 @@ def _silu_and_mul_op(h: torch.Tensor) -> torch.Tensor:
     if P == 0 or inter == 0:
         return out
     grid = (P, triton.cdiv(inter, BLOCK))
-    _kernel()[grid](h, out, inter, h.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4, enable_fp_fusion=False)
+    _kernel()[grid](h, out, inter, h.stride(0), out.stride(0), **SILU_META)
     return out
 
 
@@ -93,6 +96,6 @@ def scale_to_bf16(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
     n = x.numel()
     if n:
-        grid = (triton.cdiv(n, 4096),)
-        _scale_kernel()[grid](x, g.reshape(1), out, n, BLOCK=4096, num_warps=8, enable_fp_fusion=False)
+        grid = (triton.cdiv(n, SCALE_META["BLOCK"]),)
+        _scale_kernel()[grid](x, g.reshape(1), out, n, **SCALE_META)
     return out

@@ -179,6 +179,9 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
     res: dict = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__}
+    from harness.moe.fused import launch_tables  # noqa: PLC0415
+
+    res["fused_launch_tables"] = launch_tables()
     from harness.moe.checks import run_checks  # noqa: PLC0415
 
     if a.tune:

@@ -266,6 +266,63 @@ def parallel_junit(pipeline: Pipeline, root: Path) -> list[Problem]:
     return out
 
 
+# ---- every kernel file is compiled ahead of time for every target (per-change pipeline)
+
+PER_CHANGE_PROFILE = "ci"  # top-level env HARNESS_PROFILE of the pipeline that runs on every change
+
+
+def _targets_commands(command: str) -> list[dict]:
+    """`moe-harness targets` invocations in one command: their --targets and --kernels (None = all)."""
+    words = shlex.split(command, comments=True)
+    found = []
+    for i, w in enumerate(words[:-1]):
+        if w.endswith("moe-harness") and words[i + 1] == "targets":
+            opts = {"targets": None, "kernels": None}
+            rest = words[i + 2:]
+            for j, a in enumerate(rest):
+                for name in opts:
+                    if a == f"--{name}" and j + 1 < len(rest):
+                        opts[name] = [x for x in rest[j + 1].split(",") if x]
+                    elif a.startswith(f"--{name}="):
+                        opts[name] = [x for x in a.split("=", 1)[1].split(",") if x]
+            found.append(opts)
+    return found
+
+
+def targets_step(pipeline: Pipeline, root: Path) -> list[Problem]:
+    if pipeline.env.get("HARNESS_PROFILE") != PER_CHANGE_PROFILE:
+        return []
+    import fnmatch
+
+    from harness.kernels.inventory import kernel_files  # noqa: PLC0415  (AST only; no triton)
+    from harness.kernels.targets import TARGETS  # noqa: PLC0415
+
+    files = kernel_files(root)
+    if not files:
+        return []
+    runs = []
+    for s in pipeline.command_steps:
+        if target_of(s.queue) != "cpu":
+            continue
+        for c in s.commands:
+            try:
+                runs.extend(_targets_commands(c))
+            except ValueError:
+                continue  # referenced_files reports bad shell
+    out = []
+    for path, names in files.items():
+        for name in names:
+            missing = [t for t in TARGETS if not any(
+                (r["targets"] is None or t in r["targets"])
+                and (r["kernels"] is None or any(fnmatch.fnmatchcase(name, p) for p in r["kernels"]))
+                for r in runs)]
+            if missing:
+                out.append(_p(pipeline, None, "targets",
+                              f"{path} defines Triton kernel {name}, but no cpu step runs `moe-harness targets` "
+                              f"over it for {', '.join(missing)}"))
+    return out
+
+
 LINTS = {
     "required-fields": required_fields,
     "retry": retry_policy,
@@ -277,6 +334,7 @@ LINTS = {
     "rocm-arch": rocm_arch,
     "interpolation": job_variables,
     "parallel-junit": parallel_junit,
+    "targets": targets_step,
 }
 
 

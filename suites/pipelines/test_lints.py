@@ -34,7 +34,13 @@ SEEDED = {
     "no_retry.yml": ("retry", "[-1, 255]"),
     "job_var_not_escaped.yml": ("interpolation", "write $$BUILDKITE_PARALLEL_JOB"),
     "parallel_same_junit.yml": ("parallel-junit", "every job writes reports/junit/unit.xml"),
+    "targets_step_missing.yml": ("targets", "harness/kernels/sample_kernels.py defines Triton kernel sample_kernel, "
+                                            "but no cpu step runs `moe-harness targets` over it for gfx942, gfx950, "
+                                            "sm_90, sm_100"),
+    "targets_step_partial.yml": ("targets", "over it for gfx950, sm_100"),
 }
+# Checks about the whole pipeline rather than one step report "pipeline" as where.
+PIPELINE_LEVEL = {"targets"}
 
 
 def problems(name):
@@ -63,7 +69,8 @@ def test_seeded_mistake_fires_its_check(name):
     assert {p.check for p in found} == {check}, [str(p) for p in found]
     assert any(text in str(p) for p in found), [str(p) for p in found]
     for p in found:  # "file: steps[i] (key): message"
-        assert str(p).startswith(f"{LINT_DIR / name}: steps[")
+        where = "pipeline:" if check in PIPELINE_LEVEL else "steps["
+        assert str(p).startswith(f"{LINT_DIR / name}: {where}")
 
 
 def test_validate_command_prints_file_step_and_message(capsys):

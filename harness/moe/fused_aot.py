@@ -1,0 +1,92 @@
+"""Every GPU launch of the fused MoE kernels (fused.py, fused_act.py) that
+their host code can make, registered for the ahead-of-time compile check
+(harness.kernels.registry).
+
+Built from the same tables and helpers the launchers use (fused.gemm_meta,
+fused.dequant_meta, GPU_CONFIGS, BLOCK_MS, fused_act's *_META): for every
+weight format of the scheme table (and float weights for the "bf16"
+baseline), precision "ieee" and "bf16", every BLOCK_M class, mode "fused"
+and both launches of mode "predequant", masked and unmasked N/K tails.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.formats import FLOAT_DTYPES
+from harness.kernels.launch_aot import ptr
+from harness.kernels.registry import Variant, register, bind
+
+from . import fused, fused_act
+from .schemes import SCHEMES
+
+_DT = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+_OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
+_INTS = ("N", "K", "stride_xm", "stride_om", "stride_we", "stride_wn", "stride_me", "stride_mn")
+
+
+def _variant(kernel, config, types, meta):
+    options = {k: v for k, v in meta.items() if k in _OPTIONS}
+    consts = {k: v for k, v in meta.items() if k not in _OPTIONS}
+    sig, consts = bind(kernel, types, consts)
+    return Variant(config, sig, consts, options)
+
+
+def _gemm_types(x_dt, w_dt):
+    return dict(x_ptr=ptr(x_dt), rows_ptr="*i64", block_expert_ptr="*i32", w_ptr=ptr(w_dt), mult_ptr="*fp32",
+                post_ptr="*fp32", out_ptr="*fp32", **{n: "i32" for n in _INTS})
+
+
+def weight_formats():
+    """Weight formats the MoE layer can hand the GEMM (the scheme table's)."""
+    return sorted({s.weight_fmt for s in SCHEMES.values() if s.weight_fmt})
+
+
+def gemm_variants(backend: str):
+    k = fused._kernel(False)
+    rocm = backend == "hip"
+    for prec in ("ieee", "bf16"):
+        bf16 = prec == "bf16"
+        x_dt = torch.bfloat16 if bf16 else torch.float32
+        for bm in fused.BLOCK_MS:
+            for even in (True, False):
+                tail = "even" if even else "masked"
+                for fmt in weight_formats():
+                    post = bf16 and fmt == "nvfp4"  # post_bf16: 1/(gs_w * gs_a) after the dot
+                    # mode "fused": codes decoded in the K loop
+                    meta = fused.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
+                                           config={"EVEN_NK": even}, rocm=rocm)
+                    yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, torch.uint8), meta)
+                    # mode "predequant": the dequant-only pass, then the GEMM on the float scratch
+                    if bm == fused.BLOCK_MS[0]:
+                        meta = fused.dequant_meta(1, fmt, n=0, k=0, interpret=False, config={"EVEN_NK": even})
+                        types = dict(_gemm_types(x_dt, torch.uint8), x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt),
+                                     block_expert_ptr=ptr(x_dt), post_ptr=ptr(x_dt), out_ptr=ptr(x_dt))
+                        yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)
+                    kind = "large_float" if bm >= 64 else "small"
+                    meta = fused.gemm_meta(0, None, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
+                                           config={"EVEN_NK": even}, cfg_kind=kind, rocm=rocm,
+                                           w_bytes=x_dt.itemsize)
+                    yield _variant(k, f"predequant.gemm.{prec}.bm{bm}.{tail}" + (".post" if post else ""),
+                                   _gemm_types(x_dt, x_dt), meta)
+                # float weights as given (scheme "bf16", FusedWeights.from_float)
+                for w_dt in FLOAT_DTYPES:
+                    meta = fused.gemm_meta(0, None, bf16=bf16, has_post=False, block_m=bm, n=0, k=0, interpret=False,
+                                           config={"EVEN_NK": even}, rocm=rocm, w_bytes=w_dt.itemsize)
+                    yield _variant(k, f"float.w{_DT[w_dt]}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, w_dt), meta)
+
+
+def silu_variants(backend=None):
+    k = fused_act._kernel()
+    types = dict(h_ptr="*fp32", out_ptr="*fp32", inter="i32", stride_h="i32", stride_o="i32")
+    yield _variant(k, "f32", types, fused_act.SILU_META)
+
+
+def scale_variants(backend=None):
+    k = fused_act._scale_kernel()
+    types = dict(x_ptr="*fp32", g_ptr="*fp32", out_ptr="*bf16", n="i32")
+    yield _variant(k, "f32-to-bf16", types, fused_act.SCALE_META)
+
+
+register("_moe_gemm_kernel", lambda: fused._kernel(False), gemm_variants)
+register("silu_and_mul_kernel", fused_act._kernel, silu_variants)
+register("scale_to_bf16_kernel", fused_act._scale_kernel, scale_variants)

@@ -1,0 +1,262 @@
+"""`moe-harness targets`: every Triton kernel compiles ahead of time for gfx942
+and sm_90 (make test's gate; the Buildkite cpu-targets step runs all launch
+configurations for all four targets), the registry covers every kernel in the
+source, and the faults the command exists for turn it red."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import triton
+import triton.language as tl
+
+import harness
+from harness import cli
+from harness.kernels import inventory, registry, targets
+from harness.kernels.registry import Variant
+
+ROOT = Path(harness.__file__).resolve().parents[1]
+GATE_TARGETS = ("gfx942", "sm_90")
+
+
+def _rows_text(rows):
+    return "\n".join(f"{r['status']} {r['target']} {r['kernel']} {r['config']}: {r.get('error', '')[:400]}"
+                     for r in rows)
+
+
+# ---------------------------------------------------------------- the gate
+
+
+@pytest.mark.parametrize("target", GATE_TARGETS)
+@pytest.mark.parametrize("kernel", sorted(registry.kernels()))
+def test_kernel_compiles_for_target(kernel, target):
+    """Every pair of launch choices of the kernel (coverage "pairs"), cached
+    under ~/.cache/moe-harness (MOE_HARNESS_CACHE_DIR): no failure, shared
+    memory within the target's limit."""
+    doc = targets.run([target], [kernel], jobs=1, cache_dir=targets.default_cache_dir(), coverage="pairs")
+    assert doc["results"], "no launch configuration compiled"
+    bad = targets.failed(doc)
+    assert not bad, _rows_text(bad)
+
+
+# ---------------------------------------------------------------- coverage of the source
+
+
+def test_every_kernel_in_the_package_is_registered():
+    in_source = {(path, name) for path, names in inventory.kernel_files(ROOT).items() for name in names}
+    registered = {(k.source_file().relative_to(ROOT).as_posix(), name) for name, k in registry.kernels().items()}
+    assert in_source, "the inventory found no kernels"
+    assert in_source == registered, (f"in the source, not registered: {sorted(in_source - registered)}; "
+                                     f"registered, not in the source: {sorted(registered - in_source)}")
+
+
+def test_inventory_tells_kernels_from_helpers():
+    src = '''
+import triton
+from triton import jit
+
+@triton.jit
+def _helper(x):
+    return x
+
+@jit
+def a_kernel(p):
+    _helper(p)
+
+@triton.jit(do_not_specialize=["n"])
+def b_kernel(p, n):
+    pass
+
+def plain(p):
+    _helper(p)
+
+def c_kernel(p):
+    pass
+
+C = triton.jit(c_kernel)
+'''
+    assert inventory.kernels_in_source(src) == ["a_kernel", "b_kernel", "c_kernel"]
+    assert sorted(inventory.jit_function_sources(src)) == ["_helper", "a_kernel", "b_kernel", "c_kernel"]
+
+
+@pytest.mark.parametrize("backend", ["cuda", "hip"])
+def test_every_kernel_has_launches_and_pairs_keep_every_value(backend):
+    items = targets.work_list(backend=backend)
+    chosen = targets.select_pairs(items)
+    assert {i["kernel"] for i in items} == set(registry.kernels()) == {i["kernel"] for i in chosen}
+    for k in registry.kernels():
+        full = {v for i in items if i["kernel"] == k for v in targets._axis_values(i)}
+        kept = {v for i in chosen if i["kernel"] == k for v in targets._axis_values(i)}
+        assert full == kept, k
+    assert len(chosen) < len(items)
+
+
+def test_launch_tables_reach_the_work_list(monkeypatch):
+    """The GEMM's tuned table is read when the work list is built, not copied."""
+    from harness.moe import fused
+
+    monkeypatch.setitem(fused.GPU_CONFIGS, "large", dict(fused.GPU_CONFIGS["large"], BLOCK_N=96))
+    got = {i["constexprs"]["BLOCK_N"] for i in targets.work_list(["_moe_gemm_kernel"], ["fused.*.bm128.*"])}
+    assert got == {96}
+
+
+def test_rocm_takes_the_lds_safe_tiles_for_float32_operands():
+    """gfx942's 64 KiB of LDS: float32 operands on ROCm use ROCM_F32_CONFIGS
+    (the H200 tiles need 80-192 KiB there); bf16 operands and CUDA keep GPU_CONFIGS."""
+    from harness.moe import fused
+
+    def tile(bm, **kw):
+        m = fused.gemm_meta(kw.pop("kind", 1), kw.pop("fmt", "mxfp4"), has_post=False, block_m=bm, n=0, k=0,
+                            interpret=False, **kw)
+        return m["BLOCK_N"], m["BLOCK_K"], m["num_warps"], m["num_stages"]
+
+    def table(t, kind):
+        return t[kind]["BLOCK_N"], t[kind]["BLOCK_K"], t[kind]["num_warps"], t[kind]["num_stages"]
+
+    rocm, cuda = fused.ROCM_F32_CONFIGS, fused.GPU_CONFIGS
+    for bm, kind in ((16, "small"), (128, "large")):
+        assert tile(bm, bf16=False, rocm=True) == table(rocm, kind)
+        assert tile(bm, bf16=False, rocm=False) == table(cuda, kind)
+        assert tile(bm, bf16=True, rocm=True) == table(cuda, kind)
+        assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=4) == table(rocm, kind)
+        assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=2) == table(cuda, kind)
+    assert tile(128, bf16=False, rocm=True, kind=0, fmt=None, w_bytes=4, cfg_kind="large_float") == \
+        table(rocm, "large_float")
+
+
+def test_the_dispatch_says_which_table_runs(monkeypatch):
+    import torch
+
+    from harness.moe import fused
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "float32": "GPU_CONFIGS"}
+    monkeypatch.setattr(torch.version, "hip", "7.1.0")
+    assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "float32": "ROCM_F32_CONFIGS"}
+
+
+# ---------------------------------------------------------------- faults shown red
+
+
+def _cli(tmp_path, *args):
+    out = tmp_path / "targets.json"
+    rc = cli.main(["targets", "--no-report", "--no-cache", "--jobs", "1", "--json", str(out), *args])
+    return rc, json.loads(out.read_text())
+
+
+def test_a_launch_over_64k_lds_fails_gfx942(tmp_path, monkeypatch):
+    from harness.moe import fused
+
+    sel = ["--targets", "gfx942", "--kernels", "_moe_gemm_kernel", "--configs", "fused.mxfp4.ieee.bm16.even"]
+    rc, doc = _cli(tmp_path, *sel)
+    assert rc == 0 and doc["results"][0]["status"] == "ok", _rows_text(doc["results"])
+    # the fault: ROCm given the H200 tile for float32 operands (64 x 256, 3 stages)
+    monkeypatch.setitem(fused.ROCM_F32_CONFIGS, "small", dict(fused.GPU_CONFIGS["small"]))
+    rc, doc = _cli(tmp_path, *sel)
+    [row] = doc["results"]
+    assert rc == 1
+    assert row["status"] == "overflow" and row["shared"] > 64 * 1024, row
+    assert "exceeds gfx942's 65536 B" in row["error"]
+
+
+@triton.jit
+def ptx_probe_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    y = tl.inline_asm_elementwise("cvt.rni.s32.f32 $0, $1;", "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1)
+    tl.store(y_ptr + offs, y)
+
+
+@triton.jit
+def ocp_fp8_probe_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs).to(tl.float8e4nv).to(tl.float32))
+
+
+@pytest.fixture
+def probes():
+    registry.kernels()  # the real ones first
+    for name, fn in (("ptx_probe_kernel", ptx_probe_kernel), ("ocp_fp8_probe_kernel", ocp_fp8_probe_kernel)):
+        registry.register(name, lambda fn=fn: fn, lambda backend, fn=fn: [Variant(
+            "f32", {"x_ptr": "*fp32", "y_ptr": "*i32" if fn is ptx_probe_kernel else "*fp32", "BLOCK": "constexpr"},
+            {"BLOCK": 256}, {"num_warps": 4})])
+    yield
+    registry.unregister("ptx_probe_kernel")
+    registry.unregister("ocp_fp8_probe_kernel")
+
+
+def test_ptx_inline_asm_fails_on_gfx942_only(tmp_path, probes):
+    rc, doc = _cli(tmp_path, "--targets", "gfx942,sm_90", "--kernels", "ptx_probe_kernel")
+    by_target = {r["target"]: r for r in doc["results"]}
+    assert rc == 1
+    assert by_target["sm_90"]["status"] == "ok", by_target["sm_90"]
+    assert by_target["sm_90"]["inline_asm"] == 1
+    assert by_target["gfx942"]["status"] == "fail" and by_target["gfx942"]["error"], by_target["gfx942"]
+
+
+def test_ocp_fp8_type_fails_on_gfx942_only(tmp_path, probes):
+    rc, doc = _cli(tmp_path, "--targets", "gfx942,sm_90", "--kernels", "ocp_fp8_probe_kernel")
+    by_target = {r["target"]: r for r in doc["results"]}
+    assert rc == 1
+    assert by_target["sm_90"]["status"] == "ok", by_target["sm_90"]
+    assert by_target["gfx942"]["status"] == "fail"
+    assert "f8E4M3FN, which gfx942 has no native support for" in by_target["gfx942"]["error"]
+
+
+def test_shipped_kernels_have_no_inline_asm_or_fp8_types():
+    scan = targets.source_scan(ROOT)
+    assert scan and all(not s["inline_asm"] and not s["fp8_dtypes"] for s in scan.values()), scan
+
+
+def test_source_scan_flags_inline_asm_and_fp8(tmp_path):
+    f = tmp_path / "harness" / "k.py"
+    f.parent.mkdir()
+    f.write_text(
+        "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x):\n"
+        "    y = tl.inline_asm_elementwise('mov.b32 $0, $1;', '=r,r', [x], dtype=tl.int32, is_pure=True, pack=1)\n"
+        "    return y.to(tl.float8e4nv)\n")
+    scan = targets.source_scan(tmp_path)
+    assert scan == {"harness/k.py": {"jit_functions": 1, "inline_asm": ["k"], "fp8_dtypes": ["tl.float8e4nv"]}}
+
+
+# ---------------------------------------------------------------- cache and command line
+
+
+def test_cache_hits_when_unchanged_and_misses_when_the_launch_changes(tmp_path, monkeypatch):
+    from harness.moe import fused_act
+
+    run = lambda: targets.run(["gfx942"], ["silu_and_mul_kernel"], jobs=1, cache_dir=tmp_path)  # noqa: E731
+    first, second = run(), run()
+    assert (first["meta"]["compiled"], first["meta"]["cached"]) == (1, 0)
+    assert (second["meta"]["compiled"], second["meta"]["cached"]) == (0, 1)
+    assert second["results"][0]["n_regs"] == first["results"][0]["n_regs"]
+    monkeypatch.setattr(fused_act, "SILU_META", dict(fused_act.SILU_META, num_warps=8))
+    assert run()["meta"]["compiled"] == 1
+    # a changed limit re-judges cached rows without compiling
+    monkeypatch.setitem(targets.TARGETS, "gfx942", dataclasses.replace(targets.TARGETS["gfx942"], shared_limit=-1))
+    again = run()
+    assert again["meta"]["compiled"] == 0 and again["results"][0]["status"] == "overflow"
+    item = targets.work_list(["silu_and_mul_kernel"], backend="hip")[0]
+    keys = {targets.cache_key(item, targets.TARGETS[t], v) for t in ("gfx942", "sm_90") for v in ("3.6.0", "3.9.0")}
+    assert len(keys) == 4
+
+
+def test_parallel_jobs_give_the_same_rows(tmp_path):
+    sel = (["gfx942"], ["silu_and_mul_kernel", "scale_to_bf16_kernel"])
+    one = targets.run(*sel, jobs=1, cache_dir=None)
+    two = targets.run(*sel, jobs=2, cache_dir=None)
+    strip = lambda d: [{k: v for k, v in r.items() if k != "compile_s"} for r in d["results"]]  # noqa: E731
+    assert strip(one) == strip(two)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--targets", "gfx90a"], "unknown target gfx90a"),
+    (["--kernels", "nope*"], "--kernels nope* matches no kernel"),
+    (["--kernels", "qdq_kernel", "--configs", "nope"], "--configs nope matches no launch configuration"),
+])
+def test_bad_arguments_are_one_line_errors(args, message, capsys):
+    assert cli.main(["targets", "--no-report", "--no-cache", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
