@@ -207,6 +207,7 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
     failed = [g for g in results if not g.passed]
     message = "all gates passed" if passed else "; ".join(_why(g) for g in failed)
     details = {
+        "closest_gate": closest_gate(results),
         "gate_ratios": gate_ratios(results),
         "scheme": scheme, "baseline_scheme": cfg.baseline_scheme, "model_name": cfg.model_name,
         "model": lm.describe(), "limit": limit, "num_fewshot": cfg.num_fewshot, "seed": cfg.seed,
@@ -237,6 +238,15 @@ def gate_ratios(results: list[gates.GateResult]) -> dict:
             r = g.details.get("ratio")
         out[f"{g.gate} {g.name}"] = None if r is None else round(float(r), 4)
     return out
+
+
+def closest_gate(results: list[gates.GateResult]) -> str:
+    """'ratio gate' of the gate nearest to failing (ratio = measured / threshold)."""
+    ratios = {k: v for k, v in gate_ratios(results).items() if v is not None}
+    if not ratios:
+        return "no gates"
+    name, r = max(ratios.items(), key=lambda kv: kv[1])
+    return f"{r:.3g} {name}"
 
 
 def _kl_result(task: str, gate: str, info: dict, threshold, against: str, extra: dict | None = None) -> gates.GateResult:
