@@ -296,7 +296,11 @@ def main(argv=None) -> int:
             if not sep:
                 p.error(f"--from {item!r}: expected LABEL=FOLDER")
             labels.append(label)
-            for scheme, m in read_run(label, folder).items():
+            try:
+                measured = read_run(label, folder)
+            except (OSError, ValueError, KeyError) as e:  # a folder that is not a measure report
+                p.error(f"--from {item}: not a `harness.lmeval.measure` report folder: {type(e).__name__}: {e}")
+            for scheme, m in measured.items():
                 runs.setdefault(scheme, []).append(m)
         desc = (f"`python -m harness.lmeval.measure --limit {LIMIT}` under {len(labels)} kernel sets / devices: "
                 + ", ".join(labels))

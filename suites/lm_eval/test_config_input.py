@@ -17,6 +17,7 @@ from harness import cli, safe_yaml
 from harness.lmeval import config as C
 from harness.lmeval import evaluate
 from harness.lmeval.schemes import EXPERT_BACKENDS
+from suites.hostile_yaml import alias_bomb
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -235,13 +236,6 @@ def test_duplicate_keys_are_a_warning_with_both_lines(tmp_path, capsys):
     assert f"key 'rtol' appears twice, at lines {first} and {last}" in out.err
 
 
-def _bomb(levels=9) -> str:
-    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
-    for i in range(1, levels + 1):
-        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
-    return "\n".join(lines) + "\n"
-
-
 HOSTILE = {
     "utf16": lambda t: t.encode("utf-16"),
     "utf16_no_bom": lambda t: t.encode("utf-16-le"),
@@ -251,7 +245,7 @@ HOSTILE = {
     "deep": lambda t: ("tasks: " + "[" * 500 + "]" * 500 + "\n").encode(),
     "very_deep": lambda t: ("tasks: " + "[" * 100_000 + "\n").encode(),
     "deep_block": lambda t: ("".join("  " * i + f"k{i}:\n" for i in range(200)) + "  " * 200 + "v\n").encode(),
-    "alias_bomb_tasks": lambda t: (_bomb() + "model_name: m\ntasks: *a9\n").encode(),
+    "alias_bomb_tasks": lambda t: (alias_bomb() + "model_name: m\ntasks: *a9\n").encode(),
     "recursive_alias": lambda t: b"model_name: m\ntasks: &t [*t]\n",
     "oversize": lambda t: (t + "#" + "x" * (safe_yaml.MAX_BYTES + 10) + "\n").encode(),
     "many_tasks": lambda t: ("model_name: m\ntasks:\n" + "- {name: tiny_add_mc, metrics: [{name: acc, value: 1}]}\n"
@@ -274,12 +268,12 @@ def test_an_alias_bomb_is_refused_before_anything_is_built(tmp_path, monkeypatch
     monkeypatch.setattr(yaml.constructor.BaseConstructor, "construct_object",
                         lambda self, node, deep=False: built.append(1) or real(self, node, deep))
     path = tmp_path / "bomb.yaml"
-    path.write_text(_bomb() + "model_name: m\ntasks: *a9\n")   # 10**10 nodes once expanded
+    path.write_text(alias_bomb() + "model_name: m\ntasks: *a9\n")   # 10**10 nodes once expanded
     with pytest.raises(C.ConfigError, match="aliases expand to more than"):
         C.load(path)
     assert built == []
     # the same anchors within the limit load (and are built)
-    assert safe_yaml.loads(_bomb(levels=2)).data["a2"][0][0] == ["x"] * 10
+    assert safe_yaml.loads(alias_bomb(levels=2)).data["a2"][0][0] == ["x"] * 10
     assert built
 
 

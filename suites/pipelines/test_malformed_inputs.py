@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import cli, safe_yaml
+from suites.hostile_yaml import alias_bomb
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "suites" / "lm_eval" / "configs").glob("*.yaml"))
@@ -143,13 +144,6 @@ def nest(value, depth):
     return value
 
 
-def _bomb(levels=9) -> str:
-    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
-    for i in range(1, levels + 1):
-        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
-    return "\n".join(lines) + "\n"
-
-
 @st.composite
 def byte_mutation(draw, text: str) -> bytes:
     """Mutations that break the file below the YAML level."""
@@ -167,9 +161,9 @@ def byte_mutation(draw, text: str) -> bytes:
         return raw[:at] + draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xe2\x82", b"\x80"])) + raw[at:]
     if kind == "deep_text":
         n = draw(st.integers(safe_yaml.MAX_DEPTH + 1, 5000))
-        return raw + (f"zz_deep: " + "[" * n + "]" * n + "\n").encode()
+        return raw + ("zz_deep: " + "[" * n + "]" * n + "\n").encode()
     if kind == "alias_bomb":
-        return raw + (_bomb(draw(st.integers(6, 12))) + "zz_bomb: *a" + "6" + "\n").encode()
+        return raw + (alias_bomb(draw(st.integers(6, 12))) + "zz_bomb: *a" + "6" + "\n").encode()
     if kind == "recursive":
         return raw + b"zz_loop: &loop [1, *loop]\n"
     return raw + b"# " + b"x" * (safe_yaml.MAX_BYTES + draw(st.integers(1, 1000))) + b"\n"

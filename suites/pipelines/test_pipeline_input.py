@@ -12,6 +12,7 @@ import yaml
 
 from harness import cli, safe_yaml
 from harness.pipelines import command, lints, model, shell_refs
+from suites.hostile_yaml import alias_bomb
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -42,13 +43,6 @@ def cpu_step(**extra) -> dict:
 
 # ---- B: hostile files
 
-def _bomb(levels=9) -> str:
-    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
-    for i in range(1, levels + 1):
-        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
-    return "\n".join(lines) + "\n"
-
-
 HOSTILE = {
     "utf16": lambda t: t.encode("utf-16"),
     "utf32": lambda t: t.encode("utf-32"),
@@ -57,7 +51,7 @@ HOSTILE = {
     "binary": lambda t: bytes(range(256)) * 8,
     "deep": lambda t: ("steps: " + "[" * 900 + "]" * 900 + "\n").encode(),
     "deep_mapping": lambda t: ("steps:\n- " + "{a: " * 300 + "1" + "}" * 300 + "\n").encode(),
-    "alias_bomb_steps": lambda t: (_bomb() + "steps: *a9\n").encode(),
+    "alias_bomb_steps": lambda t: (alias_bomb() + "steps: *a9\n").encode(),
     "recursive_alias": lambda t: b"steps: &s [*s]\n",
     "oversize": lambda t: (t + "# " + "y" * (safe_yaml.MAX_BYTES + 1) + "\n").encode(),
     "duplicate_top_key": lambda t: (t + "steps: []\n").encode(),
