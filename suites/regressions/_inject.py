@@ -1,19 +1,19 @@
 """Shared helpers of the regression tests: fixed small problems and the
 detection assertion. Each regression test injects a historical bug with
-monkeypatch and asserts that a GENERIC property check (suites/properties/
-moe_checks.py, the same function the property suites call) detects it."""
+monkeypatch and asserts that a GENERIC property check (suites/checks/, the
+same function the property suites call) detects it."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from suites.properties import moe_checks as mc
+from suites.checks import problem as pb
 from harness.strategies import MoEProblem
 
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    with mc.single_thread():
+    with pb.single_thread():
         yield
 
 
@@ -32,4 +32,4 @@ def detects(check, *args, match=None, **kw):
     return str(info.value)
 
 
-__all__ = ["problem", "detects", "one_thread", "mc", "torch"]
+__all__ = ["problem", "detects", "one_thread", "torch"]
