@@ -22,10 +22,7 @@ from suites.checks.oracle import check_fused_matches_unfused, check_matches_refe
 from harness.strategies import MoEProblem
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with pb.single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _p(scheme="w_mxfp4_a_mxfp4", **kw):

@@ -27,10 +27,7 @@ from harness.strategies import moe_problems
 ACT_SCHEMES = tuple(n for n in SCHEME_NAMES if SCHEMES[n].act_fmt is not None)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with pb.single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)

@@ -41,16 +41,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.moe.schemes import SCHEME_NAMES
-from suites.checks import problem as pb
 from suites.checks.global_scale import check_checkpoint_conventions
 from suites.checks.oracle import check_matches_reference
 from harness.strategies import moe_problems
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with pb.single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)

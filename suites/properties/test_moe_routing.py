@@ -15,10 +15,7 @@ from suites.checks import problem as pb
 from suites.checks.oracle import check_routing
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with pb.single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("scoring", ("softmax", "sigmoid"))

@@ -36,10 +36,7 @@ from suites.checks.shared_config import check_shared_config
 from harness.strategies import moe_problems
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with pb.single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)

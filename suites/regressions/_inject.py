@@ -5,16 +5,8 @@ same function the property suites call) detects it."""
 from __future__ import annotations
 
 import pytest
-import torch
 
-from suites.checks import problem as pb
 from harness.strategies import MoEProblem
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    with pb.single_thread():
-        yield
 
 
 def problem(scheme: str, **kw) -> MoEProblem:
@@ -32,4 +24,4 @@ def detects(check, *args, match=None, **kw):
     return str(info.value)
 
 
-__all__ = ["problem", "detects", "one_thread", "torch"]
+__all__ = ["problem", "detects"]

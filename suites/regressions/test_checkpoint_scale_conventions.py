@@ -13,7 +13,7 @@ import harness.moe.loaders as loaders
 
 from suites.checks.global_scale import check_checkpoint_conventions
 
-from ._inject import detects, one_thread, problem  # noqa: F401
+from ._inject import detects, problem
 
 
 @pytest.mark.parametrize("seed", (0, 1, 2))

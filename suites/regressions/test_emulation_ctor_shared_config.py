@@ -11,7 +11,7 @@ import harness.moe.experts as ex
 
 from suites.checks.shared_config import check_shared_config
 
-from ._inject import detects, one_thread, problem  # noqa: F401
+from ._inject import detects, problem
 
 SCHEMES = ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8")
 

@@ -10,7 +10,7 @@ import harness.moe.ops as ops
 
 from suites.checks.oracle import check_matches_reference
 
-from ._inject import detects, one_thread, problem  # noqa: F401
+from ._inject import detects, problem
 
 
 @pytest.mark.parametrize("ckpt", ("modelopt", "compressed_tensors"))

@@ -7,7 +7,7 @@ import harness.moe.conversion as conv
 
 from suites.checks.device import check_create_weights_every_scheme
 
-from ._inject import detects, one_thread  # noqa: F401
+from ._inject import detects
 
 
 def test_every_scheme_and_backend_creates_and_converts_weights():

@@ -11,7 +11,7 @@ import harness.moe.ops as ops
 from suites.checks import problem as pb
 from suites.checks.host_work import HostWorkInForward, check_no_host_work_in_forward, fresh_table_caches
 
-from ._inject import one_thread, problem  # noqa: F401
+from ._inject import problem
 
 
 @pytest.mark.parametrize("scheme", ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8"))

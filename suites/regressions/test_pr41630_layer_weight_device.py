@@ -9,7 +9,7 @@ import harness.moe.conversion as conv
 
 from suites.checks.device import check_conversion_every_backend
 
-from ._inject import detects, one_thread  # noqa: F401
+from ._inject import detects
 
 
 def test_every_backend_converts_a_layer_without_weight():

@@ -18,7 +18,6 @@ import pytest
 
 from suites.checks.offsets import check_fused_large_offsets
 
-from ._inject import one_thread  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

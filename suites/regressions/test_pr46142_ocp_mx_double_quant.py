@@ -11,7 +11,7 @@ import harness.moe.experts as ex
 from suites.checks.double_qdq import check_single_quantization
 from suites.checks.oracle import check_matches_reference
 
-from ._inject import detects, one_thread, problem  # noqa: F401
+from ._inject import detects, problem
 
 MX_ACT = ("w_mxfp4_a_mxfp4", "w_mxfp4_a_mxfp6_e3m2", "w_mxfp4_a_fp8")
 

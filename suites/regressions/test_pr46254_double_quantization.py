@@ -17,7 +17,7 @@ import harness.moe.experts as ex
 from suites.checks.double_qdq import check_single_quantization
 from suites.checks.oracle import check_matches_reference
 
-from ._inject import detects, one_thread, problem  # noqa: F401
+from ._inject import detects, problem
 
 
 def _double_quantizing_apply(self, hidden, topk_weights, topk_ids, *, activation="silu"):

@@ -12,7 +12,7 @@ import harness.moe.quantize_input as qi
 from suites.checks.oracle import check_matches_reference
 from suites.checks.scale_use import check_scale_sensitivity
 
-from ._inject import detects, one_thread, problem  # noqa: F401
+from ._inject import detects, problem
 
 
 def test_nvfp4_scales_are_used_and_required():

@@ -12,7 +12,7 @@ import harness.moe.experts as ex
 from suites.checks import problem as pb
 from suites.checks.host_work import HostWorkInForward, check_dynamo_fullgraph, check_no_host_work_in_forward
 
-from ._inject import one_thread, problem  # noqa: F401
+from ._inject import problem
 
 
 @pytest.mark.parametrize("scheme,act_scale", [("nvfp4", 1.0), ("w_mxfp4_a_fp8", 1.0), ("w_mxfp4_a_fp8", 0.0)])

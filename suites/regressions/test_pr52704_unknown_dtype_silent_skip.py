@@ -14,7 +14,7 @@ import harness.moe.schemes as schemes
 from suites.checks.oracle import check_matches_reference
 from suites.checks.silent_skip import check_dispatcher_keys, check_no_silent_skip
 
-from ._inject import detects, one_thread, problem  # noqa: F401
+from ._inject import detects, problem
 
 
 def test_dispatcher_keys_and_no_skip():
