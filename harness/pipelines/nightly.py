@@ -97,7 +97,13 @@ CHECKPOINT_SOFT_FAIL = ("exit 3 means the checkpoint is not on this agent: shown
 
 # Hand-maintained nightly steps (not one per scheme or config): appended
 # after the generated ones, before the report.
-EXTRA_STEPS: tuple = ()
+EXTRA_STEPS: tuple = (
+    # Every row of the text-pattern fault table applied to a scratch copy, its
+    # named tests shown red (make test checks the patterns and runs two rows).
+    Step(":boom: fault injection, full sweep (cpu)", "cpu-fault-injection", CPU, 120,
+         ("make install", ".venv/bin/python -m suites.fault_injection --json reports/fault-injection.json"),
+         artifacts='["reports/fault-injection.json"]'),
+)
 
 HEADER = """\
 # moe-harness: the nightly pipeline (a scheduled build; upload with
