@@ -71,8 +71,6 @@ class Step:
 
 def _properties(t: Target, parallelism: int, timeout: int) -> Step:
     label = f"{t.emoji} properties ({t.name}, nightly profile) %n"
-    if t.name == "cpu":
-        label = ":hypothesis: properties (cpu, nightly profile) %n"
     junit = f"reports/junit/{t.name}-properties-nightly-$$BUILDKITE_PARALLEL_JOB.xml"
     return Step(label, f"{t.name}-properties-nightly", t, timeout,
                 ("make install", f".venv/bin/python -m pytest suites/properties suites/regressions -p no:cacheprovider "
