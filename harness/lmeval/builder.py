@@ -18,7 +18,13 @@ from .schemes import QUANTIZED_SCHEMES, SCHEMES  # noqa: F401  (re-exported)
 
 
 def needs_activation_scales(scheme: str) -> bool:
-    return scheme == "nvfp4"
+    """Whether the scheme's row needs calibrated encode-side activation global
+    scales (two-level activations); "bf16" needs none."""
+    if scheme == "bf16":
+        return False
+    from harness.moe.schemes import get_scheme  # noqa: PLC0415
+
+    return get_scheme(scheme).needs_act_gscale
 
 
 class UnquantizedMoE(nn.Module):

@@ -66,10 +66,10 @@ def quantize_expert_weights(w: torch.Tensor, scheme) -> tuple:
     wf = w.detach().to(torch.float32)
     if wf.dim() != 3:
         raise ValueError(f"expert weights must be [E, N, K], got {tuple(wf.shape)}")
-    if s.is_nvfp4:
+    if s.two_level:
         amax = wf.abs().amax(dim=(1, 2))
-        gs = hf.nvfp4_global_scale(amax)
-        return hf.quantize(wf, "nvfp4", global_scale=gs.reshape(-1, 1)), gs
+        gs = hf.nvfp4_global_scale(amax, s.weight_fmt)
+        return hf.quantize(wf, s.weight_fmt, global_scale=gs.reshape(-1, 1)), gs
     return hf.quantize(wf, s.weight_fmt, scale_mode=s.scale_mode), None
 
 

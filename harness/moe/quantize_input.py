@@ -7,8 +7,9 @@ quantization" (an upstream bug silently skipped activation QDQ for a dtype
 string that was not a dispatch key).
 
 A_scale meaning per key:
-  "nvfp4": the ENCODE-side activation global scale (a1_gscale / a2_gscale,
-           448*6/amax); None -> ValueError (never silently 1.0).
+  two-level formats (nvfp4): the ENCODE-side activation global scale
+           (a1_gscale / a2_gscale, 448*6/amax for nvfp4); None -> ValueError
+           (never silently 1.0).
   "fp8":   the DECODE-side per-tensor scale (x ~= q * A_scale); None -> dynamic
            per-tensor scale amax/448, computed on the device.
   MX keys: no scale (block scales are computed); A_scale is ignored.
@@ -20,9 +21,10 @@ import harness.formats as hf
 
 from . import ops
 
-# dispatch key -> kind; every harness.formats MX format is a key of its own.
-QUANT_DTYPES: dict = {None: "none", "nvfp4": "nvfp4", "fp8": "fp8_per_tensor"}
-QUANT_DTYPES.update({name: "mx" for name in hf.MX_FORMAT_NAMES})
+# dispatch key -> kind; every harness.formats format is a key of its own,
+# its kind read from the row.
+QUANT_DTYPES: dict = {None: "none", "fp8": "fp8_per_tensor"}
+QUANT_DTYPES.update({name: "two_level" if spec.has_global_scale else "mx" for name, spec in hf.FORMATS.items()})
 
 
 def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "even", rounding: str = "rne",
@@ -39,11 +41,11 @@ def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "eve
     kind = QUANT_DTYPES[quant_dtype]
     if kind == "none":
         return A, None
-    if kind == "nvfp4":
+    if kind == "two_level":
         if A_scale is None:
-            raise ValueError("nvfp4 activation quantization needs A_scale (the encode-side global scale "
+            raise ValueError(f"{quant_dtype} activation quantization needs A_scale (the encode-side global scale "
                              "a1_gscale/a2_gscale); got None")
-        return ops.qdq(A, "nvfp4", rounding=rounding, global_scale=A_scale, backend=backend), None
+        return ops.qdq(A, quant_dtype, rounding=rounding, global_scale=A_scale, backend=backend), None
     if kind == "fp8_per_tensor":
         return ops.e4m3_qdq_per_tensor(A, A_scale), None
     return ops.qdq(A, quant_dtype, scale_mode=scale_mode, rounding=rounding, backend=backend), None

@@ -162,9 +162,9 @@ def qdq_activation(x32: torch.Tensor, scheme, *, scale=None, gscale=None, which:
     spec = hf.FORMATS[act]
     if x32.numel() == 0:
         return x32.clone()
-    if spec.has_global_scale:  # nvfp4
+    if spec.has_global_scale:
         if gscale is None:
-            raise ValueError(f"{scheme.name}: {which}_gscale is required for nvfp4 activations (got None)")
+            raise ValueError(f"{scheme.name}: {which}_gscale is required for {act} activations (got None)")
         return hf.qdq(x32, act, global_scale=torch.as_tensor(gscale).to(F32))
     return hf.qdq(x32, act, scale_mode=getattr(scheme, "scale_mode", "even") or "even", rounding="rne")
 
@@ -174,7 +174,7 @@ def dequant_weight(q, gscale, scheme, which: str) -> torch.Tensor:
     spec = hf.get_format(q.fmt)
     if spec.has_global_scale:
         if gscale is None:
-            raise ValueError(f"{getattr(scheme, 'name', scheme)}: {which}_gscale is required for nvfp4 weights")
+            raise ValueError(f"{getattr(scheme, 'name', scheme)}: {which}_gscale is required for {q.fmt} weights")
         E = q.codes.shape[0]
         gs = torch.as_tensor(gscale).to(device=q.codes.device, dtype=F32).reshape(E, 1)
         q = hf.QuantizedTensor(
