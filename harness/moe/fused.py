@@ -293,6 +293,9 @@ def _fmt_constexprs(kind: int, fmt: Optional[str]) -> dict:
         return dict(PACKED=False, WIDTH=8, EBITS=4, MBITS=3, BIAS=7, IS_FN=False, QBLOCK=32)
     spec = hf.get_format(fmt)
     el = spec.element
+    if el.is_int:
+        raise ValueError(f"{spec.name}: integer elements are not implemented in the fused MoE GEMM "
+                         "(use backend='unfused')")
     return dict(PACKED=spec.is_fp4, WIDTH=el.width, EBITS=el.ebits, MBITS=el.mbits, BIAS=el.bias,
                 IS_FN=el.specials == "fn", QBLOCK=spec.block_size)
 

@@ -21,10 +21,28 @@ import harness.formats as hf
 
 from . import ops
 
-# dispatch key -> kind; every harness.formats format is a key of its own,
-# its kind read from the row.
-QUANT_DTYPES: dict = {None: "none", "fp8": "fp8_per_tensor"}
-QUANT_DTYPES.update({name: "two_level" if spec.has_global_scale else "mx" for name, spec in hf.FORMATS.items()})
+_NON_FORMAT_KINDS = {None: "none", "fp8": "fp8_per_tensor"}
+
+
+def _format_kind(spec) -> str:
+    return "two_level" if spec.has_global_scale else "mx"
+
+
+def quant_kind(quant_dtype) -> str:
+    """Dispatch kind of a key: every harness.formats row is a key of its own,
+    its kind read from the row (the table as it is now); ValueError otherwise."""
+    if isinstance(quant_dtype, str) and quant_dtype in hf.FORMATS:
+        return _format_kind(hf.FORMATS[quant_dtype])
+    if (quant_dtype is None or isinstance(quant_dtype, str)) and quant_dtype in _NON_FORMAT_KINDS:
+        return _NON_FORMAT_KINDS[quant_dtype]
+    keys = list(_NON_FORMAT_KINDS) + list(hf.FORMATS)
+    raise ValueError(f"unknown activation quant dtype {quant_dtype!r}; expected one of "
+                     f"{', '.join(repr(k) for k in keys)}")
+
+
+# dispatch key -> kind, as the table was at import (for introspection).
+QUANT_DTYPES: dict = dict(_NON_FORMAT_KINDS)
+QUANT_DTYPES.update({name: _format_kind(spec) for name, spec in hf.FORMATS.items()})
 
 
 def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "even", rounding: str = "rne",
@@ -33,12 +51,9 @@ def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "eve
 
     Only emulation exists here (QDQ, no packed output), so
     quantization_emulation=False is refused rather than ignored."""
-    if quant_dtype not in QUANT_DTYPES:
-        raise ValueError(f"unknown activation quant dtype {quant_dtype!r}; expected one of "
-                         f"{', '.join(repr(k) for k in QUANT_DTYPES)}")
+    kind = quant_kind(quant_dtype)
     if not quantization_emulation:
         raise ValueError("moe_kernel_quantize_input: only quantization_emulation=True is implemented")
-    kind = QUANT_DTYPES[quant_dtype]
     if kind == "none":
         return A, None
     if kind == "two_level":
