@@ -3,8 +3,6 @@ kernels (harness.formats.spec.SCALE_FLOOR ...), and a code the kernels do not
 know is a compile-time error, never a silent fall into another mode's branch."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
