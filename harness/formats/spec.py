@@ -302,8 +302,11 @@ class FormatSpec:
         self.check_global_scale_arg(global_scale)
 
 
+# The NVFP4 row: its constants are also public aliases below (NVFP4_*).
+NVFP4 = FormatSpec("nvfp4", E2M1, 16, "e4m3", "float4_e2m1fn", has_global_scale=True, sqnr_floor_db=8.0)
+
 _ROWS = (
-    FormatSpec("nvfp4", E2M1, 16, "e4m3", "float4_e2m1fn", has_global_scale=True, sqnr_floor_db=8.0),
+    NVFP4,
     FormatSpec("mxfp4", E2M1, 32, "e8m0", "float4_e2m1fn", sqnr_floor_db=13.0),
     FormatSpec("mxfp6_e2m3", E2M3, 32, "e8m0", "float6_e2m3fn", sqnr_floor_db=13.0),
     FormatSpec("mxfp6_e3m2", E3M2, 32, "e8m0", "float6_e3m2fn", sqnr_floor_db=13.0),
@@ -316,10 +319,9 @@ FORMAT_NAMES: tuple[str, ...] = tuple(FORMATS)
 MX_FORMAT_NAMES: tuple[str, ...] = tuple(n for n, f in FORMATS.items() if f.is_mx)
 
 # The NVFP4 row's constants of the vLLM encode-side convention (public aliases).
-_NVFP4 = _ROWS[0]
-NVFP4_SCALE_MAX = _NVFP4.scale_max  # 448
-NVFP4_ELEM_MAX = _NVFP4.elem_max  # 6
-NVFP4_GS_NUMERATOR = _NVFP4.gs_numerator  # 2688 = 448 * 6
+NVFP4_SCALE_MAX = NVFP4.scale_max  # 448
+NVFP4_ELEM_MAX = NVFP4.elem_max  # 6
+NVFP4_GS_NUMERATOR = NVFP4.gs_numerator  # 2688 = 448 * 6
 
 # E8M0: value 2^(byte - 127); 255 is NaN; the quantizer clamps to [0, 254].
 E8M0_BIAS = E8M0.bias

@@ -129,7 +129,7 @@ def reference_activation(h: torch.Tensor, activation: str) -> torch.Tensor:
 # --------------------------------------------------------------------------- QDQ
 def _qdq_fp8_per_tensor(x32: torch.Tensor, scale) -> torch.Tensor:
     """Per-tensor float8_e4m3fn QDQ with a decode-side scale (None: amax/448)."""
-    e4m3 = hf.FORMATS["mxfp8_e4m3"].element
+    e4m3 = hf.E4M3  # per-tensor fp8 activations: the E4M3FN element
     if scale is None:
         amax = x32.abs().amax() if x32.numel() else torch.zeros((), dtype=F32)
         # divided by a tensor: correctly rounded on every device (a Python-scalar
