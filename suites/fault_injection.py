@@ -150,6 +150,20 @@ FAULTS += [
      "        if case.stage not in self.stages:", [C + "test_registry_and_protocol.py"]),
 ]
 
+# The one-row promise (issue 12): a two-level row's rule reads the row, in the
+# reference and in the kernels; an unknown scale-mode code is a compile error.
+SR = P + "test_synthetic_rows.py"
+FAULTS += [
+    ("two-level rule with NVFP4's element max (reference)", "harness/formats/quant.py",
+     "torch.clamp(xb * r, -spec.elem_max, spec.elem_max)", "torch.clamp(xb * r, -6.0, 6.0)",
+     [SR + "::test_two_level_rule_reads_the_row_hand_computed"]),
+    ("kernel: two-level block scale from NVFP4's fl(1/6)", "harness/kernels/constants.py",
+     'consts["INV_ELEM_MAX"] = spec.inv_elem_max', 'consts["INV_ELEM_MAX"] = f32(1.0 / 6.0)',
+     [SR + "::test_kernels_match_reference"]),
+    ("kernel: an unknown scale mode falls into rceil", K,
+     "elif SCALE_MODE == SCALE_RCEIL:", "elif True:", [P + "test_kernel_scale_modes.py"]),
+]
+
 
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its
