@@ -86,7 +86,7 @@ def gemm_contract(dev) -> dict:
         a_gs = None
         xs = x.repeat_interleave(k, 0)
         if s.act_fmt is not None:
-            if s.is_nvfp4:
+            if s.two_level:
                 import harness.formats as hf  # noqa: PLC0415
 
                 a_gs = hf.nvfp4_global_scale(xs.abs().amax())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.formats import FLOAT_DTYPES
+from harness.formats import FLOAT_DTYPES, get_format
 from harness.kernels.launch_aot import ptr
 from harness.kernels.registry import Variant, register, bind
 
@@ -51,7 +51,7 @@ def gemm_variants(backend: str):
             for even in (True, False):
                 tail = "even" if even else "masked"
                 for fmt in weight_formats():
-                    post = bf16 and fmt == "nvfp4"  # post_bf16: 1/(gs_w * gs_a) after the dot
+                    post = bf16 and get_format(fmt).has_global_scale  # post_bf16: 1/(gs_w * gs_a) after the dot
                     # mode "fused": codes decoded in the K loop
                     meta = fused.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
                                            config={"EVEN_NK": even}, rocm=rocm)

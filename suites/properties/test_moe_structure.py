@@ -110,7 +110,7 @@ def _one_scheme_per_dispatch_kind():
     seen, out = set(), []
     for name in SCHEME_NAMES:
         s = SCHEMES[name]
-        key = (s.is_nvfp4, QUANT_DTYPES.get(s.quant_dtype))
+        key = (s.two_level, QUANT_DTYPES.get(s.quant_dtype))
         if key not in seen:
             seen.add(key)
             out.append(name)
