@@ -55,13 +55,15 @@ def ref_scale_byte_zero(case: BlockCase) -> bool:
 
 
 def rceil_float32_log2_low(case: BlockCase) -> bool:
-    """amax/max_normal in float32 lies above a power of two whose float32
-    log2 is nevertheless an integer (so ceil(log2) misses the next binade)."""
+    """amax/max_normal in float32, a normal number, lies above a power of two
+    whose float32 log2 is nevertheless an integer (so ceil(log2) misses the
+    next binade). A subnormal quotient is rceil_quotient_float32_subnormal."""
     spec = hf.get_format(case.fmt)
     d = _amax_f32(case) / spec.max_normal
     l2 = torch.log2(d)
     above_pow2 = bool((d.view(torch.int32) & 0x7FFFFF) != 0)
-    return bool(d > 0) and bool(torch.isfinite(d)) and above_pow2 and bool(l2 == torch.floor(l2))
+    normal = bool(d >= 2.0 ** -126)
+    return normal and bool(torch.isfinite(d)) and above_pow2 and bool(l2 == torch.floor(l2))
 
 
 def block_has_inf(case: BlockCase) -> bool:
