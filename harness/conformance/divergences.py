@@ -144,6 +144,10 @@ def block_has_nan(case: BlockCase) -> bool:
     return any(math.isnan(v) for v in case.xs)
 
 
+def block_not_finite(case: BlockCase) -> bool:
+    return not all(math.isfinite(v) for v in case.xs)
+
+
 def log2_in_input_dtype_moves_exponent(case: BlockCase) -> bool:
     """floor / ceil of log2(amax) evaluated by torch in the input dtype (its
     result rounded to that dtype) differs from the exact floor / ceil: just
@@ -194,6 +198,33 @@ def even_rounded_amax_overflows_float32(case: BlockCase) -> bool:
     return _exact_amax(case) >= Fraction(2) ** 127 * (2 - Fraction(2) ** -(mbits + 1))
 
 
+def even_rounded_amax_overflows_input_dtype(case: BlockCase) -> bool:
+    """Mode even: amax rounded up to the element's mantissa width in the
+    input dtype's own bits carries past that dtype's largest binade
+    (amax >= (2 - 2^-(mbits+1)) * 2^emax of the dtype): the rounded amax is
+    +Inf there."""
+    if case.mode != "even" or not _finite_nonzero(case):
+        return False
+    from fractions import Fraction
+
+    from . import exact
+
+    _, _, emax = exact.FLOAT_LAYOUT[case.dtype]
+    mbits = hf.get_format(case.fmt).element.mbits
+    return _exact_amax(case) >= Fraction(2) ** emax * (2 - Fraction(2) ** -(mbits + 1))
+
+
+def amax_below_input_dtype_min_normal(case: BlockCase) -> bool:
+    """Finite block whose amax is 0 or a subnormal of the input dtype (no
+    exponent field to read a scale from)."""
+    if not all(math.isfinite(v) for v in case.xs):
+        return False
+    from . import exact
+
+    _, emin, _ = exact.FLOAT_LAYOUT[case.dtype]
+    return _exact_amax(case) < 2.0 ** emin
+
+
 def rceil_quotient_float32_subnormal(case: BlockCase) -> bool:
     """RCEIL computed as ceil(log2(fl(amax / max_normal))) in float32 where
     the quotient is a float32 subnormal: it is rounded to a coarse grid, and
@@ -230,7 +261,9 @@ PREDICATES = {f.__name__: f for f in (ref_scale_byte_zero, rceil_float32_log2_lo
                                       only_signed_zero_differs, block_has_nan,
                                       log2_in_input_dtype_moves_exponent, mx_scale_underflows_input_dtype,
                                       mx_shared_exponent_below_e8m0, even_rounded_amax_overflows_float32,
-                                      rceil_quotient_float32_subnormal, nvfp4_decode_side_global_scale)}
+                                      rceil_quotient_float32_subnormal, nvfp4_decode_side_global_scale,
+                                      even_rounded_amax_overflows_input_dtype, amax_below_input_dtype_min_normal,
+                                      block_not_finite)}
 
 
 # ---- the registry

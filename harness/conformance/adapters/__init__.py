@@ -15,6 +15,7 @@ SHIPPED = {
     "vllm-nvfp4-ref": "harness.conformance.adapters.vllm:vllm_nvfp4_ref",
     "vllm-nvfp4-dequant": "harness.conformance.adapters.vllm:vllm_nvfp4_dequant",
     "vllm-mxfp8-torch": "harness.conformance.adapters.vllm:vllm_mxfp8_torch",
+    "vllm-reference-mxfp4": "harness.conformance.adapters.vllm:vllm_reference_mxfp4",
     "vllm-triton-nvfp4": "harness.conformance.adapters.vllm:vllm_triton_nvfp4",
     "vllm-triton-mxfp4": "harness.conformance.adapters.vllm:vllm_triton_mxfp4",
 }

@@ -9,6 +9,9 @@ CPU torch paths (run here):
                         decode-side 1/gs (run also with gs = 3, whose 1/gs is
                         inexact in float32)
     vllm-mxfp8-torch    _mxfp8_e4m3_quantize_torch (RCEIL, E4M3 elements)
+    vllm-reference-mxfp4  tests/quantization/reference_mxfp4.py qdq_mxfp4_torch
+                        (the torch port of Quark's MXFP4), loaded from a vLLM
+                        source tree named by MOE_HARNESS_VLLM_SOURCE
 CUDA Triton kernels (`--device cuda`; vLLM selects them on a CUDA platform):
     vllm-triton-nvfp4   _nvfp4_quant_dequant_kernel (qdq)
     vllm-triton-mxfp4   downcast_to_mxfp (quantize; mode even)
@@ -143,3 +146,43 @@ def vllm_triton_mxfp4() -> Implementation:
         conventions={"global_scale": "none", "scale_dtype": "uint8 (E8M0 bytes)",
                      "packing": "fp4 two per byte, low nibble first"},
         quantize=quantize)
+
+
+# The torch port of Quark's MXFP4 that vLLM's tests compare against ships in
+# vLLM's source tree (tests/), not in the installed package.
+SOURCE_ENV = "MOE_HARNESS_VLLM_SOURCE"
+_REFERENCE_MXFP4 = ("tests", "quantization", "reference_mxfp4.py")
+
+
+def vllm_reference_mxfp4() -> Implementation:
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    root = os.environ.get(SOURCE_ENV)
+    if not root:
+        raise Unavailable(f"vLLM's {'/'.join(_REFERENCE_MXFP4)} is test code outside the installed package; "
+                          f"set {SOURCE_ENV} to a vLLM source tree (a checkout or the unpacked sdist)")
+    path = Path(root).joinpath(*_REFERENCE_MXFP4)
+    if not path.is_file():
+        raise Unavailable(f"{SOURCE_ENV}={root}: no {'/'.join(_REFERENCE_MXFP4)} there")
+    spec = importlib.util.spec_from_file_location("vllm_tests_reference_mxfp4", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    try:
+        import vllm
+
+        version = vllm.__version__.split("+")[0]
+    except ImportError:
+        version = "unversioned"  # the source tree alone; registry entries then do not apply
+    fmts = tuple(n for n, f in hf.FORMATS.items() if f.is_mx and f.is_fp4 and f.block_size == 32)
+
+    def qdq(x, fmt, mode, rounding, gs):
+        return mod.qdq_mxfp4_torch(x, scale_calculation_mode=mode)
+
+    return Implementation(
+        name="vllm-reference-mxfp4", version=version, formats=fmts, scale_modes=("even",), roundings=("rne",),
+        input_dtypes=(torch.bfloat16, torch.float16), output_dtypes=(torch.bfloat16, torch.float16),
+        devices=("cpu", "cuda"), conventions={"global_scale": "none", "scale_dtype": "input dtype (fake quantization)",
+                                              "packing": "none"},
+        qdq=qdq)
