@@ -12,6 +12,8 @@ SHIPPED = {
     "torchao-nvfp4": "harness.conformance.adapters.torchao:torchao_nvfp4",
     "compressed-tensors-nvfp4": "harness.conformance.adapters.compressed_tensors:compressed_tensors_nvfp4",
     "quark-mx": "harness.conformance.adapters.quark:quark_mx",
+    "modelopt-nvfp4": "harness.conformance.adapters.modelopt:modelopt_nvfp4",
+    "modelopt-nvfp4-fake": "harness.conformance.adapters.modelopt:modelopt_nvfp4_fake",
     "vllm-nvfp4-ref": "harness.conformance.adapters.vllm:vllm_nvfp4_ref",
     "vllm-nvfp4-dequant": "harness.conformance.adapters.vllm:vllm_nvfp4_dequant",
     "vllm-mxfp8-torch": "harness.conformance.adapters.vllm:vllm_mxfp8_torch",
