@@ -65,10 +65,10 @@ def modelopt_nvfp4() -> Implementation:
 
 
 def modelopt_nvfp4_fake() -> Implementation:
-    version, _ = _modelopt()
     if not torch.cuda.is_available():
         raise Unavailable("ModelOpt's NVFP4 fake quantization (dynamic_block_quant, scale_bits (4, 3)) asserts "
                           "amax.is_cuda and runs a Triton kernel / CUDA extension; no CUDA device here")
+    version, _ = _modelopt()
     from modelopt.torch.quantization.tensor_quant import dynamic_block_quant
 
     def qdq(x, fmt, mode, rounding, gs):
