@@ -63,6 +63,8 @@ def test_protocol_rejects_bad_declarations():
         Implementation(name="x")
     with pytest.raises(ValueError, match="conventions.global_scale"):
         Implementation(name="x", conventions={"global_scale": "both"}, qdq=lambda *a: None)
+    with pytest.raises(ValueError, match="global_scales"):
+        Implementation(name="x", global_scales=(16.0, 0.0), qdq=lambda *a: None)
 
 
 def test_malformed_output_is_a_cell_error_not_a_crash():
