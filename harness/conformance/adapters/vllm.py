@@ -41,7 +41,7 @@ def _vllm(module: str):
         import vllm
 
         return vllm.__version__.split("+")[0], importlib.import_module(f"{_UTILS}.{module}")
-    except ImportError as e:
+    except (ImportError, OSError) as e:  # OSError: a shared library of vLLM's that does not load here
         raise Unavailable(f"vllm ({_UTILS}.{module}) does not import: {e}") from None
 
 
