@@ -183,7 +183,7 @@ def mx_shared_exponent_below_e8m0(case: BlockCase) -> bool:
         return False
     from . import exact
 
-    return exact.mx_shared_exponent(_exact_amax(case), hf.get_format(case.fmt), case.mode) < -hf.spec.E8M0_BIAS
+    return exact.mx_shared_exponent(_exact_amax(case), hf.get_format(case.fmt), case.mode) < -exact.E8M0_BIAS
 
 
 def even_rounded_amax_overflows_float32(case: BlockCase) -> bool:

@@ -137,7 +137,7 @@ def vllm_triton_mxfp4() -> Implementation:
     fmts = tuple(n for n, f in hf.FORMATS.items() if f.is_mx and f.is_fp4 and f.block_size == 32)
 
     def quantize(x, fmt, mode, rounding, gs):
-        packed, scales = mx.downcast_to_mxfp(_rows(x).contiguous(), axis=-1)
+        packed, scales, _ = mx.downcast_to_mxfp(_rows(x).contiguous(), axis=-1)  # (+ the scale shape)
         return hf.unpack_fp4(packed.view(torch.uint8)).reshape(x.shape), scales.reshape(*x.shape[:-1], -1)
 
     return Implementation(
