@@ -142,7 +142,7 @@ def vllm_triton_mxfp4() -> Implementation:
 
     return Implementation(
         name="vllm-triton-mxfp4", version=version, formats=fmts, scale_modes=("even",), roundings=("rne",),
-        input_dtypes=(torch.float32, torch.bfloat16, torch.float16), devices=("cuda",),
+        input_dtypes=(torch.bfloat16, torch.float16), devices=("cuda",),  # the kernel asserts bf16 / fp16 input
         conventions={"global_scale": "none", "scale_dtype": "uint8 (E8M0 bytes)",
                      "packing": "fp4 two per byte, low nibble first"},
         quantize=quantize)
