@@ -48,7 +48,7 @@ def test_quark_mxfp6_loses_negative_zero_and_caps_the_exponent_at_127():
     seen, findings = _explained(data)
     assert seen.get("quark-mx-drops-negative-zero", 0) > 0, seen
     assert seen.get("quark-mx-even-scale-capped-at-2^127", 0) > 0, seen
-    c, f = findings["quark-mx-drops-negative-zero"]
+    _, f = findings["quark-mx-drops-negative-zero"]
     i = next(i for i, (a, b) in enumerate(zip(f["impl"], f["reference"])) if repr(a) != repr(b))
     assert f["impl"][i] == 0 and math.copysign(1, f["impl"][i]) > 0 and math.copysign(1, f["spec"][i]) < 0
     _, f = findings["quark-mx-even-scale-capped-at-2^127"]
@@ -64,7 +64,7 @@ def test_quark_log2_in_bfloat16():
     impl.scale_modes = ("floor",)
     data = run_conformance([impl], formats=["mxfp4"], dtypes=(torch.bfloat16,), random_blocks=16)
     assert not data["failed"]
-    seen, findings = _explained(data)
+    seen, _ = _explained(data)
     assert seen.get("quark-mx-log2-in-input-dtype", 0) > 0, seen
 
 
@@ -139,7 +139,7 @@ def test_modelopt_nvfp4_divergences_explained():
     impl = _impl(modelopt_nvfp4)
     data = run_conformance([impl], dtypes=(torch.bfloat16,), random_blocks=16)
     assert not data["failed"]
-    seen, findings = _explained(data)
+    seen, _ = _explained(data)
     for entry in ("modelopt-nvfp4-zero-block-scale-replaced", "modelopt-nvfp4-drops-negative-zero"):
         assert seen.get(entry, 0) > 0, (entry, seen)
     _, f = _explained(data, "scales")[1]["modelopt-nvfp4-zero-block-scale-replaced"]

@@ -24,7 +24,6 @@ from __future__ import annotations
 import torch
 
 import harness.formats as hf
-
 from harness.formats import minifloat
 
 from ..protocol import Implementation, Unavailable
