@@ -101,16 +101,22 @@ class MoEEmuLM(TemplateLM):
         if self._device.type == "cpu":
             set_threads(int(threads) if threads is not None else None)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
+        self.checkpoint_scheme = None   # set when the checkpoint itself is quantized
+        self.backend_name = backend
         self.model = self._load_model(_dtype(dtype), device_map, max_memory_per_gpu)
         self.batch_size = int(batch_size)
         cfg_len = getattr(self.model.config, "max_position_embeddings", 2048)
         self.max_length = int(max_length) if max_length else min(int(cfg_len), 4096)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
-        self.backend_name = backend
         self.calibration_docs = int(calibration_docs)
         self.calibration_seed = int(calibration_seed)
         self.build_fn = emulation_builder()
-        self.swapper = Swapper.attach(self.model)
+        if self.checkpoint_scheme is None:
+            self.swapper = Swapper.attach(self.model)
+        else:
+            self.swapper = Swapper(model=self.model, specs=self._loaded.specs,
+                                   built={self.checkpoint_scheme: self._loaded.blocks})
+            self._loaded = None
         self.activation_scales = None
         self.calibration_info: dict = {}
         self.scheme = None
@@ -119,6 +125,10 @@ class MoEEmuLM(TemplateLM):
     def _load_model(self, dtype, device_map, max_memory_per_gpu):
         from transformers import AutoModelForCausalLM
 
+        from harness.checkpoints import synthetic_loader
+
+        if synthetic_loader.is_compressed_tensors(self.model_dir):
+            return self._load_quantized(dtype, device_map)
         if not self.parallelize:
             model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype, local_files_only=True)
             return model.to(self._device).eval()
@@ -126,6 +136,25 @@ class MoEEmuLM(TemplateLM):
         # inputs go where the embedding lives; accelerate's hooks carry them on
         self._device = model.get_input_embeddings().weight.device
         return model
+
+    def _load_quantized(self, dtype, device_map):
+        """A compressed-tensors checkpoint: experts built from its quantized
+        tensors, layer by layer on the layers' devices (dense experts never exist)."""
+        from harness.checkpoints import synthetic_loader
+
+        dt = torch.bfloat16 if dtype == "auto" else dtype
+        if not self.parallelize:
+            devices, dm = [str(self._device)], None
+        else:
+            dm = parallel.parse_device_map(device_map)
+            n = torch.cuda.device_count()
+            devices = [f"cuda:{i}" for i in range(n)] if n else ["cpu"]
+            dm = dm if isinstance(dm, dict) else None
+        self._loaded = synthetic_loader.load(self.model_dir, devices=devices, device_map=dm, dtype=dt,
+                                             backend=self.backend_name)
+        self.checkpoint_scheme = self._loaded.scheme
+        self._device = self._loaded.model.get_input_embeddings().weight.device
+        return self._loaded.model
 
     # -- scheme handling ---------------------------------------------------
     def _ensure_scales(self) -> dict:
@@ -143,6 +172,10 @@ class MoEEmuLM(TemplateLM):
 
     def set_scheme(self, scheme: str) -> None:
         """A scheme name, or "oracle:<scheme>" for the float64 reference of that scheme."""
+        base = scheme[len(ORACLE_PREFIX):] if scheme.startswith(ORACLE_PREFIX) else scheme
+        if self.checkpoint_scheme is not None and base != self.checkpoint_scheme:
+            raise ValueError(f"{self.model_dir}: the checkpoint is quantized as {self.checkpoint_scheme}; "
+                             f"scheme {scheme!r} cannot run on it")
         if scheme.startswith(ORACLE_PREFIX):
             base = scheme[len(ORACLE_PREFIX):]
             self.set_scheme(base)

@@ -109,19 +109,20 @@ def layer_device(model: nn.Module, block_name: str) -> torch.device:
     return devices.pop()
 
 
-def placement_violations(model: nn.Module, blocks: dict[str, nn.Module]) -> list[str]:
-    """One line per tensor of an emulated block that is not on its layer's device."""
+def placement_violations(model: nn.Module, blocks: dict[str, nn.Module], device_of=None) -> list[str]:
+    """One line per tensor of an emulated block that is not on its layer's
+    device (`device_of(block name)`, default: `layer_device`)."""
     bad = []
     for name, block in blocks.items():
-        want = layer_device(model, name)
+        want = torch.device(device_of(name)) if device_of else layer_device(model, name)
         for path, t in iter_tensors(block):
             if t.device != want:
                 bad.append(f"{name}.{path} is on {t.device}, its layer on {want}")
     return bad
 
 
-def check_placement(model: nn.Module, blocks: dict[str, nn.Module]) -> None:
-    bad = placement_violations(model, blocks)
+def check_placement(model: nn.Module, blocks: dict[str, nn.Module], device_of=None) -> None:
+    bad = placement_violations(model, blocks, device_of)
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise PlacementError(f"cross-device tensor: {bad[0]}{more}")

@@ -1,0 +1,7 @@
+"""Checkpoints: synthetic real-size MoE checkpoints in producer formats.
+
+  shapes            -- real model shapes (HF configs) and their sizes on paper
+  synthetic         -- `moe-harness checkpoint synth`: random weights, streamed shard by shard
+  synthetic_loader  -- loads such a checkpoint into moe-emu, each layer on its device
+  command           -- `moe-harness checkpoint ...`
+"""
