@@ -69,6 +69,13 @@ class Shape:
     def emulated_bytes(self, block: int) -> int:
         return self.layers * self.emulated_layer_bytes(block) + 2 * self.outer_params
 
+    def disk_bytes(self, block: int) -> int:
+        """The checkpoint on disk: packed fp4 (2 elements a byte), scale bytes, fp32 global and input scales."""
+        n = self.layers * self.expert_params_per_layer
+        gs = self.layers * self.experts * 3 * 8 if block == 16 else 0
+        dense = self.layers * (self.attention_params_per_layer + self.router_params_per_layer) + self.outer_params
+        return n // 2 + n // block + gs + 2 * dense
+
     def hf_config(self) -> dict:
         common = dict(vocab_size=self.vocab, hidden_size=self.hidden, num_hidden_layers=self.layers,
                       num_attention_heads=self.heads, num_key_value_heads=self.kv_heads, head_dim=self.head_dim,
@@ -89,9 +96,9 @@ SHAPES = {s.name: s for s in (
     Shape("mixtral-8x7b", "mixtral", 32000, 4096, 32, 32, 8, 128, 14336, 8, 2, 32768, 1e6, 1e-5),
     Shape("qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 48, 32, 4, 128, 768, 128, 8, 40960, 1e6, 1e-6),
     Shape("mixtral-8x22b", "mixtral", 32768, 6144, 56, 48, 8, 128, 16384, 8, 2, 65536, 1e6, 1e-5,
-          note="bf16 ~282 GB (two H200s); emulated ~150 GB: more than one H200 holds, less than two"),
+          note="more than one H200 holds, in bf16 and emulated; fits two (see --plan)"),
     Shape("qwen3-235b-a22b", "qwen3_moe", 151936, 4096, 94, 64, 4, 128, 1536, 128, 8, 40960, 1e6, 1e-6,
-          note="bf16 ~470 GB; emulated ~250 GB: needs two H200s at least, see `checkpoint synth --plan`"),
+          note="emulated, two H200s leave little room for activations; the checkpoint needs > 128 GiB of disk"),
     # CPU tests: same code path, kilobytes
     Shape("tiny-qwen3-moe", "qwen3_moe", 32, 64, 3, 4, 2, 16, 64, 4, 2, 256, 1e4, 1e-6),
     Shape("tiny-mixtral", "mixtral", 32, 64, 2, 4, 2, 16, 64, 4, 2, 256, 1e4, 1e-5),
