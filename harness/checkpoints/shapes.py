@@ -92,6 +92,19 @@ class Shape:
                     attention_bias=False, router_aux_loss_coef=0.001)
 
 
+def from_hf_config(cfg: dict, name: str = "checkpoint") -> Shape:
+    """The Shape of a Mixtral / Qwen3-MoE config.json (synthetic or real)."""
+    mt = cfg.get("model_type")
+    if mt not in ("mixtral", "qwen3_moe"):
+        raise ValueError(f"config.json model_type {mt!r}: shapes are known for mixtral and qwen3_moe")
+    heads = cfg["num_attention_heads"]
+    return Shape(name, mt, cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"], heads,
+                 cfg.get("num_key_value_heads", heads), cfg.get("head_dim") or cfg["hidden_size"] // heads,
+                 cfg["intermediate_size"] if mt == "mixtral" else cfg["moe_intermediate_size"],
+                 cfg["num_local_experts"] if mt == "mixtral" else cfg["num_experts"], cfg["num_experts_per_tok"],
+                 cfg.get("max_position_embeddings", 0), cfg.get("rope_theta", 0.0), cfg.get("rms_norm_eps", 0.0))
+
+
 SHAPES = {s.name: s for s in (
     Shape("mixtral-8x7b", "mixtral", 32000, 4096, 32, 32, 8, 128, 14336, 8, 2, 32768, 1e6, 1e-5),
     Shape("qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 48, 32, 4, 128, 768, 128, 8, 40960, 1e6, 1e-6),

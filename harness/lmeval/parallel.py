@@ -214,7 +214,8 @@ class DataParallel:
             return None
         from accelerate import Accelerator
 
-        acc = Accelerator()
+        # on CPU accelerate joins the (gloo) process group only when asked for the CPU
+        acc = Accelerator(cpu=not torch.cuda.is_available())
         return cls(acc) if acc.num_processes > 1 else None
 
     @property
@@ -227,7 +228,8 @@ class DataParallel:
 
     @property
     def device(self) -> torch.device:
-        return self.accelerator.device
+        dev = self.accelerator.device
+        return torch.device("cpu") if dev.type == "cpu" else dev  # accelerate says cpu:0
 
     def all_gather(self, tensor):
         return self.accelerator.gather(tensor)
