@@ -6,12 +6,16 @@ which went red. A fault that leaves every test green is a hole in the suite.
     python -m suites.fault_injection --json out.json
 
 Each fault is (file, exact old text, new text, tests expected to catch it).
+suites/test_fault_injection.py checks in every `make test` that each pattern
+occurs exactly once and each named test exists, and shows a few cheap faults
+red; the full sweep is a nightly Buildkite step (harness/pipelines/nightly.py).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,8 +89,8 @@ FAULTS += [
     ("kernel: even-mode half-ulp one bit too low", "harness/kernels/constants.py",
      '"EVEN_ADD": 1 << (F32_MANT_BITS - 1 - el.mbits)', '"EVEN_ADD": 1 << (F32_MANT_BITS - 2 - el.mbits)', KT),
     ("fused MoE GEMM: unmasked loads on tiles that do not divide N, K", "harness/moe/fused.py",
-     'cfg.setdefault("EVEN_NK", fw.N % cfg["BLOCK_N"] == 0 and K % cfg["BLOCK_K"] == 0)',
-     'cfg.setdefault("EVEN_NK", True)', [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide"]),
+     '        cfg.pop(flag, None)\n    cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)',
+     '        cfg.pop(flag, None)\n    cfg.setdefault("EVEN_NK", True)', [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide"]),
 ]
 
 # Storage dtypes and bad input (issue 11): reference and kernels share
@@ -147,14 +151,34 @@ FAULTS += [
 ]
 
 
+def table_problems(faults=None) -> list[str]:
+    """One line per fault whose pattern does not occur exactly once in its
+    file, or that names a test file or test function that does not exist."""
+    out = []
+    for name, path, old, _new, tests in faults if faults is not None else FAULTS:
+        f = ROOT / path
+        n = f.read_text().count(old) if f.is_file() else 0
+        if n != 1:
+            out.append(f"{name}: pattern found {n} times in {path} (must be exactly once)")
+        for t in tests:
+            file, _, func = t.partition("::")
+            tf = ROOT / file
+            if not tf.is_file():
+                out.append(f"{name}: test file {file} does not exist")
+            elif func and not re.search(rf"^def {re.escape(func)}\b", tf.read_text(), re.M):
+                out.append(f"{name}: test {t} does not exist")
+    return out
+
+
 def run_fault(name, path, old, new, tests, python):
     with tempfile.TemporaryDirectory() as tmp:
         dst = Path(tmp) / "repo"
-        shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(".venv", ".git", "reports", "*.egg-info", ".hypothesis", "__pycache__"))
+        shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(
+            ".venv", ".git", "reports", "*.egg-info", ".hypothesis", ".ruff_cache", "__pycache__"))
         f = dst / path
         text = f.read_text()
-        if old not in text:
-            return {"fault": name, "error": f"pattern not found in {path}"}
+        if text.count(old) != 1:
+            return {"fault": name, "error": f"pattern found {text.count(old)} times in {path} (must be exactly once)"}
         f.write_text(text.replace(old, new, 1))
         env = dict(os.environ, PYTHONPATH=str(dst), HARNESS_PROFILE="dev", PYTHONDONTWRITEBYTECODE="1")
         out = {}
@@ -170,6 +194,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     ap.add_argument("--only", help="substring of a fault name")
     args = ap.parse_args(argv)
+    problems = table_problems()
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 2
     rows = [run_fault(*f, python=sys.executable) for f in FAULTS if not args.only or args.only in f[0]]
     for r in rows:
         print(f"{'CAUGHT' if r.get('caught') else 'MISSED'}  {r['fault']}: {r.get('tests') or r.get('error')}", flush=True)

@@ -138,10 +138,10 @@ def run(args) -> dict:
                                      "ms": gms, "vs_bf16": gms / bf16_ms[T], "target": target,
                                      "target_met": _target_met(target, gms, bf16_ms[T])})
                 moe.experts.fused_mode = "auto"
-            del moe
+            moe = None  # free the GPU memory before empty_cache
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        del w13, w2, inputs
+        w13 = w2 = inputs = None  # free the GPU memory before the next shape
     import triton  # noqa: PLC0415
 
     return {

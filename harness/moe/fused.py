@@ -60,7 +60,6 @@ CPU tensors run the Triton interpreter: keep those shapes tiny.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Optional
 

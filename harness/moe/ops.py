@@ -1,6 +1,8 @@
-"""Element-wise quantization ops the MoE layer uses, routed to harness.kernels
-when it is importable (Triton on GPU, its own torch path elsewhere), else to
-the harness.formats reference.
+"""Element-wise quantization ops the MoE layer uses, routed by `resolve_backend`:
+"triton" runs harness.kernels, "torch" the harness.formats reference math;
+"auto" is "triton" on CUDA/ROCm devices and "torch" elsewhere (a fixed rule,
+not a fallback: a CPU machine without the triton package runs every layer
+with "auto" or "torch"; "triton" without it raises, naming the package).
 
 The "torch" path here is the reference math of harness.formats (same
 functions, same operation order, bit-identical) minus the checks that read
@@ -27,26 +29,29 @@ BACKENDS = ("auto", "triton", "torch")
 
 @functools.lru_cache(maxsize=None)
 def kernels_module():
-    """harness.kernels if it provides the dispatch API, else None."""
-    try:
-        import harness.kernels as hk  # noqa: PLC0415
-    except Exception:  # not written yet / broken import: fall back to the reference
-        return None
-    return hk if all(hasattr(hk, n) for n in ("qdq", "dequantize_weights")) else None
+    """harness.kernels, imported on first use (the torch path never needs it).
+    An import error propagates: a broken install is never a silent switch to
+    the reference path."""
+    import harness.kernels as hk  # noqa: PLC0415
+
+    return hk
+
+
+def resolve_backend(backend: str, device) -> str:
+    """"triton" or "torch": the path `backend` takes for tensors on `device`."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown op backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        # On CPU the Triton interpreter is far too slow for whole layers.
+        return "triton" if torch.device(device).type == "cuda" else "torch"
+    return backend
 
 
 def _use_kernels(backend: str, device: torch.device) -> bool:
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown op backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if backend == "torch":
+    if resolve_backend(backend, device) == "torch":
         return False
-    hk = kernels_module()
-    if hk is None:
-        if backend == "triton":
-            raise ValueError("backend='triton' requested but harness.kernels is not available")
-        return False
-    # "auto" on CPU: the Triton interpreter is far too slow for whole layers.
-    return backend == "triton" or device.type == "cuda"
+    kernels_module()
+    return True
 
 
 def prepare_device(device) -> None:

@@ -36,7 +36,7 @@ Where float32 rounding happens, and why exactly there (the layer's contract):
       own intermediate is a float32 GEMM + activation result; it differs from
       fl32(g) by its accumulation error only. That difference is bounded (and
       its effect on QDQ #2 made explicit, code flips included) in
-      suites/properties/moe_checks.py; nothing here depends on the layer.
+      harness/moe/tolerance.py; nothing here depends on the layer.
     * QDQ outputs are exact float32 values; they are promoted to float64
       losslessly. Dequantized weights are float32 values (hf.dequantize),
       promoted losslessly. Everything else is float64.

@@ -177,6 +177,13 @@ def qdq_interval(center: torch.Tensor, delta: torch.Tensor, scheme, cfg, which: 
     return _mx_interval(center, delta, spec, scheme.scale_mode)
 
 
+def routing_weight_tolerance(weights: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """Elementwise bound on |float32 routing weight - float64 reference weight|
+    (softmax/sigmoid + renormalize in float32: (2E + 2k + 16) u relative)."""
+    k = weights.shape[-1]
+    return (2 * n_experts + 2 * k + 16) * U * weights.abs()
+
+
 def _per_expert_abs_gemm(x_abs, rows_expert, w_abs):
     """[P, N]: x_abs[p] @ w_abs[e_p].T grouped by expert."""
     P = x_abs.shape[0]
@@ -221,7 +228,7 @@ def output_tolerance(trace: ref.ReferenceTrace, cfg, *, activation: str, out_dty
     w2a = trace.w2.abs()
     dy = _per_expert_abs_gemm(da2, e_of, w2a) + (gamma(I) + c_prec) * _per_expert_abs_gemm(a2m, e_of, w2a)
     w = trace.weights.abs().reshape(T, k, 1)
-    dw = (2 * E + 2 * k + 16) * U * w
+    dw = routing_weight_tolerance(trace.weights, E).reshape(T, k, 1)
     ym = trace.y.abs().reshape(T, k, H) + dy.reshape(T, k, H)
     bound = (w * dy.reshape(T, k, H) + dw * ym).sum(1) + gamma(k + 1) * ((w + dw) * ym).sum(1)
     u_out = {F32: U, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}[out_dtype]

@@ -9,7 +9,7 @@ import harness.strategies as hs
 from harness.formats.bounds import check_qdq_bound
 from harness.formats.scales import e4m3_decode
 
-from ._util import assert_bitwise_equal
+from suites.checks.bitwise import assert_bitwise_equal
 
 MX = hf.MX_FORMAT_NAMES
 

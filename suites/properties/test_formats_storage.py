@@ -22,7 +22,7 @@ from harness.formats.bounds import check_qdq_bound
 from harness.moe import conversion, loaders
 from harness.moe import ops as moe_ops
 from harness.moe.fused import FusedWeights
-from suites.properties._util import assert_bitwise_equal
+from suites.checks.bitwise import assert_bitwise_equal
 
 U8 = torch.uint8
 E4M3FN = torch.float8_e4m3fn

@@ -1,4 +1,4 @@
-"""GPU smoke of the MoE layer, one command (`python -m harness.moe.gpu_smoke OUT_DIR`):
+"""GPU smoke of the MoE layer, one command (`python -m tools.gpu_smoke OUT_DIR`):
 run_checks on the device, CUDA-graph capture vs eager, torch.compile(fullgraph)
 vs eager, the fused GEMM contract (2) at a medium shape in both precisions,
 int64 offsets past 2^31 bytes, then the benchmark. Writes OUT_DIR/*.json as it goes."""
@@ -185,7 +185,8 @@ def main(argv=None) -> int:
     from harness.moe.checks import run_checks  # noqa: PLC0415
 
     if a.tune:
-        from harness.moe import fused, tune  # noqa: PLC0415
+        from harness.moe import fused  # noqa: PLC0415
+        from tools import tune  # noqa: PLC0415
 
         _guard(res, "dequant_exactness", lambda: tune.dequant_exactness(dev))
         ex = res.get("dequant_exactness", {})
@@ -200,7 +201,8 @@ def main(argv=None) -> int:
 
     steps = set(a.steps.split(","))
     if "tune_predequant" in steps:
-        from harness.moe import fused, tune  # noqa: PLC0415
+        from harness.moe import fused  # noqa: PLC0415
+        from tools import tune  # noqa: PLC0415
 
         _guard(res, "tune_predequant", lambda: tune.tune_predequant(dev))
         res["gpu_configs_used"] = fused.GPU_CONFIGS
