@@ -41,11 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheme", default=None, help="default: the checkpoint's own scheme, else nvfp4")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--gpus", type=int, default=2, help="GPUs for the model- and data-parallel modes")
-    parser.add_argument("--requests", type=int, default=256)
-    parser.add_argument("--ctx-len", type=int, default=512)
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--ctx-len", type=int, default=256)
     parser.add_argument("--gen-requests", type=int, default=32)
-    parser.add_argument("--gen-tokens", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--gen-tokens", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--backend", default="unfused", choices=("unfused", "fused"), help="experts backend")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per mode")
     parser.add_argument("--report-root", default="reports")
@@ -96,7 +97,8 @@ def worker(args) -> dict:
 
     from .adapter import MoEEmuLM
 
-    kwargs = dict(pretrained=args.checkpoint, scheme=args.scheme, batch_size=args.batch_size, dtype="bfloat16")
+    kwargs = dict(pretrained=args.checkpoint, scheme=args.scheme, batch_size=args.batch_size, dtype="bfloat16",
+                  backend=args.backend)
     if args.mode == "model":
         kwargs.update(parallelize=True, device_map=args.device_map or "auto")
     if torch.cuda.is_available():
@@ -149,6 +151,7 @@ def worker_main(argv=None) -> int:
     p.add_argument("--gen-requests", type=int, required=True)
     p.add_argument("--gen-tokens", type=int, required=True)
     p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--backend", required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device-map", default=None)
     p.add_argument("--out", required=True)
@@ -178,7 +181,7 @@ def worker_command(mode: str, args, out: str, gpus: int, on_gpu: bool, device_ma
     tail = ["--mode", mode, "--checkpoint", args.checkpoint, "--scheme", args.scheme,
             "--requests", str(args.requests), "--ctx-len", str(args.ctx_len),
             "--gen-requests", str(args.gen_requests), "--gen-tokens", str(args.gen_tokens),
-            "--batch-size", str(args.batch_size), "--seed", str(args.seed), "--out", out]
+            "--batch-size", str(args.batch_size), "--backend", args.backend, "--seed", str(args.seed), "--out", out]
     if device_map:
         tail += ["--device-map", device_map]
     if mode != "data":
@@ -282,7 +285,7 @@ def run(args, device_map: str | None = None, progress=None) -> dict:
             "device": torch.cuda.get_device_name(0) if on_gpu else "cpu (dry check, not a measurement)",
             "torch": torch.__version__, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
             "requests": args.requests, "ctx_len": args.ctx_len, "gen_requests": args.gen_requests,
-            "gen_tokens": args.gen_tokens, "batch_size": args.batch_size, "seed": args.seed,
+            "gen_tokens": args.gen_tokens, "batch_size": args.batch_size, "backend": args.backend, "seed": args.seed,
             "modes": results, "speedup": speedup,
             "targets": {"data_parallel_x": ">= 1.8", "peak_over_paper": "within 10% (0.9 .. 1.1)"},
             "raw": raw}

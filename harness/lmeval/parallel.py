@@ -48,7 +48,10 @@ def iter_tensors(obj, path: str = "", _seen: set | None = None) -> Iterator[tupl
     if isinstance(obj, torch.Tensor):
         yield path, obj
         return
-    join = (lambda k: f"{path}.{k}" if path else str(k))
+
+    def join(k):
+        return f"{path}.{k}" if path else str(k)
+
     if isinstance(obj, nn.Module):
         for k, v in obj._parameters.items():
             if v is not None:

@@ -12,7 +12,7 @@ from harness.lmeval import bench_multigpu, memory_model
 
 def _args(ckpt, **kw):
     a = dict(checkpoint=str(ckpt), scheme=None, modes="single,model,data", gpus=2, requests=4, ctx_len=12,
-             gen_requests=2, gen_tokens=3, batch_size=2, seed=0, timeout=600, report_root="reports", no_report=True)
+             gen_requests=2, gen_tokens=3, batch_size=2, backend="unfused", seed=0, timeout=600, report_root="reports", no_report=True)
     a.update(kw)
     return argparse.Namespace(**a)
 
