@@ -110,6 +110,16 @@ def test_compressed_tensors_reads_it(written, shape, scheme):
     got32 = dequantize(x_q=x, scale=comp._decompress_scale(sd["weight_scale"], torch.float32), args=group.weights,
                        global_scale=sd.get("weight_global_scale"), dtype=torch.float32)
     assert torch.equal(got32, want)
+    # and those bytes are the quantization of the seeded weight
+    _, up, _ = synthetic.expert_projections(s)
+    w = synthetic.random_normal(base + "weight", (s.moe_intermediate, s.hidden), 7, "cpu")
+    if scheme == "nvfp4":
+        w_up = synthetic.random_normal(base.replace(gate, up) + "weight", (s.moe_intermediate, s.hidden), 7, "cpu")
+        q_seed = hf.quantize(w, "nvfp4", global_scale=hf.nvfp4_global_scale(torch.maximum(w.abs().amax(),
+                                                                                         w_up.abs().amax())))
+    else:
+        q_seed = hf.quantize(w, "mxfp4", scale_mode="even")
+    assert torch.equal(got32, hf.dequantize(q_seed, torch.float32))
 
 
 def test_seeded_and_order_independent(tmp_path):
