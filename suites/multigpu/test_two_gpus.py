@@ -54,3 +54,14 @@ def test_synthetic_checkpoint_over_two_gpus(tmp_path):
     rows = [one.tok_encode(t) for t in ROWS]
     for w, g in zip(one.logprobs(rows), two.logprobs(rows)):
         assert torch.equal(w, g)
+
+
+def test_fused_backend_split_identical_to_one_gpu():
+    """The Triton fused GEMMs of layers on cuda:1 run on cuda:1 (Triton launches
+    on the current device; EmulatedSparseMoeBlock sets it from its input)."""
+    kw = dict(pretrained="tiny-moe", scheme="w_mxfp4_a_mxfp4", dtype="float32", batch_size=64, backend="fused")
+    one = MoEEmuLM(device="cuda:0", **kw)
+    two = MoEEmuLM(parallelize=True, device_map=json.dumps(SPLIT), **kw)
+    rows = [one.tok_encode(t) for t in ROWS]
+    for w, g in zip(one.logprobs(rows), two.logprobs(rows)):
+        assert torch.equal(w, g)
