@@ -33,11 +33,13 @@ class Session:
     def lm(self, model_dir: str, cfg: AccuracyConfig, scheme: str):
         from .adapter import MoEEmuLM
 
-        key = (model_dir, cfg.dtype, cfg.device, cfg.backend)
+        key = (model_dir, cfg.dtype, cfg.device, cfg.backend) + (("parallelize",) if cfg.parallelize else ())
         if key not in self.lms:
             calib = cfg.calibration or {}
             kwargs = dict(pretrained=model_dir, scheme=cfg.baseline_scheme, backend=cfg.backend,
                           device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size)
+            if cfg.parallelize:
+                kwargs["parallelize"] = True
             if "docs" in calib:
                 kwargs["calibration_docs"] = calib["docs"]
             if "seed" in calib:
