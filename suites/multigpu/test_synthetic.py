@@ -10,7 +10,7 @@ from safetensors import safe_open
 
 import harness.formats as hf
 from harness.checkpoints import synthetic, synthetic_loader
-from harness.checkpoints.command import plan
+from harness.checkpoints.synth_command import plan
 from harness.checkpoints.shapes import SHAPES, get_shape
 from harness.lmeval import parallel
 

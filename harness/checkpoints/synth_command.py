@@ -16,6 +16,10 @@ H200_BYTES = 141 * 10**9  # nominal HBM3e of one H200 (torch reports ~139.8 GiB 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
+    add_synth_parser(sub)
+
+
+def add_synth_parser(sub) -> None:
     p = sub.add_parser("synth", help="write a synthetic checkpoint in the compressed-tensors layout")
     p.add_argument("--shape", required=True, choices=sorted(SHAPES))
     p.add_argument("--scheme", required=True, choices=sorted(SCHEMES))
@@ -37,6 +41,10 @@ def plan(shape_name: str, scheme: str) -> dict:
 
 
 def main(args) -> int:
+    return synth(args)
+
+
+def synth(args) -> int:
     if args.plan:
         print(json.dumps(plan(args.shape, args.scheme), indent=2))
         return 0
