@@ -237,5 +237,6 @@ def load(model_dir, devices: list[str] | None = None, device_map: dict | None = 
         raise CheckpointError(f"{model_dir}: {len(left)} tensor(s) not in the checkpoint (first: {left[0]})")
     parallel.check_placement(model, blocks, lambda n: _device_of(dm, n))
     if dispatch:
-        dispatch_model(model, device_map=dm, force_hooks=True)
+        # the model's inputs go to the embedding's device (accelerate would otherwise pick any of the map's)
+        dispatch_model(model, device_map=dm, main_device=_device_of(dm, "model.embed_tokens"), force_hooks=True)
     return Loaded(model.eval(), blocks, specs, scheme, dm)
