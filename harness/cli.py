@@ -14,6 +14,7 @@ COMMANDS = {
     "train-tiny": ("harness.lmeval.train", "train the bundled tiny MoE model (CPU, deterministic)"),
     "pipeline": ("harness.pipelines.command", "validate or run Buildkite pipelines locally"),
     "conform": ("harness.conformance.command", "hold implementations of NVFP4 / OCP MX to the spec"),
+    "checkpoint": ("harness.checkpoints.command", "make producer checkpoints of the tiny MoE; load and round-trip them"),
     "targets": ("harness.kernels.targets", "compile every Triton kernel ahead of time for gfx942, gfx950, sm_90, sm_100"),
 }
 BENCHES = {

@@ -30,14 +30,20 @@ def _blocks(ckpt: cfiles.CheckpointFiles, fmt: str) -> dict:
     return cfiles.expert_groups(ckpt.keys())
 
 
-def read_tensors(folder, expect: str | None = None) -> tuple:
-    """(files, format, harness scheme, {block: stacked tensors}) without building quant configs."""
+def identify(folder, expect: str | None = None) -> tuple:
+    """(files, format, harness scheme) from the config alone; a format other
+    than `expect` is a CheckpointFormatError naming both."""
     ckpt = cfiles.CheckpointFiles(folder)
     fmt = detect.detect(ckpt.config, ckpt.folder / "config.json")
     if expect is not None and fmt != expect:
-        raise CheckpointFormatError(ckpt.folder, "producer format", f"{expect} (this config names), found {fmt}")
+        raise CheckpointFormatError(ckpt.folder, "producer format", f"{expect} (as the config names), found {fmt}")
+    return ckpt, fmt, detect.reader(fmt).scheme(ckpt)
+
+
+def read_tensors(folder, expect: str | None = None) -> tuple:
+    """(files, format, harness scheme, {block: stacked tensors}) without building quant configs."""
+    ckpt, fmt, scheme = identify(folder, expect)
     r = detect.reader(fmt)
-    scheme = r.scheme(ckpt)
     blocks = _blocks(ckpt, fmt)
     if not blocks:
         raise CheckpointFormatError(ckpt.folder, "expert tensors", f"quantized MoE experts in the {fmt} layout, found none")
