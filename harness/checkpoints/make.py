@@ -4,6 +4,7 @@ cached folder. The folder is built under a temporary name and renamed into
 place with its made.json last, so an interrupted make never looks complete."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -53,6 +54,15 @@ def make_checkpoint(producer: str, scheme: str, *, force: bool = False, model_di
     if cache.is_complete(final) and not force:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
+    # one maker per folder at a time (pytest -n 2 workers may ask for the same checkpoint)
+    with open(final.parent / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.is_complete(final) and not force:
+            return final
+        return _make_locked(p, producer, scheme, hscheme, final, model_dir)
+
+
+def _make_locked(p, producer, scheme, hscheme, final: Path, model_dir: Path) -> Path:
     work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
         t0 = time.perf_counter()

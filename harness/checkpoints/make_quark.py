@@ -13,7 +13,7 @@ EXCLUDE = ["lm_head", "*.gate", "*self_attn*"]
 
 def make(scheme: str, out_dir: Path, model_dir: Path, texts: list[str]) -> dict:
     import torch
-    from quark.torch import ModelQuantizer, export_safetensors
+    from quark.torch import LLMTemplate, ModelQuantizer, export_safetensors
     from quark.torch.utils.llm.model_preparation import preprocess_for_quantization
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -21,8 +21,6 @@ def make(scheme: str, out_dir: Path, model_dir: Path, texts: list[str]) -> dict:
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     preprocess_for_quantization(model)
     calib = [tok(t, return_tensors="pt", add_special_tokens=False)["input_ids"] for t in texts]
-    from quark.torch import LLMTemplate
-
     cfg = LLMTemplate.get("qwen3_moe").get_config(scheme=TEMPLATE_SCHEMES[scheme], exclude_layers=EXCLUDE)
     quantizer = ModelQuantizer(cfg)
     model = quantizer.freeze(quantizer.quantize_model(model, calib))

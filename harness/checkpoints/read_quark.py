@@ -9,7 +9,7 @@ absent for MXFP8 (weight only). Per-layer overrides (layer_quant_config,
 layer_type_quant_config) are refused: the harness has one scheme per layer.
 
 Per expert projection: `weight` (fp4: uint8 [N, K/2], two codes per byte;
-fp6: see _unpack; fp8: uint8 or float8 [N, K]) and `weight_scale` (uint8
+fp6: uint8 [N, 3K/4], four codes in three bytes (unpack_fp6); fp8: uint8 or float8 [N, K]) and `weight_scale` (uint8
 E8M0 [N, K/32]).
 """
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _unpack(files, block, e, proj, w, s, wfmt):
     """Weight as the harness loader takes it: fp4 packed uint8 [N, K/2] (low
     nibble first), other formats one code per byte [N, K]."""
     n, k = s.shape[0], s.shape[1] * 32
-    name = f"{block}.experts.{e}.{proj}.weight"
+    name = f"{block}.experts.{e}.{proj} weight"
     if wfmt == "mxfp4":
         if w.dtype != torch.uint8 or tuple(w.shape) != (n, k // 2):
             raise CheckpointFormatError(files.folder, name, f"uint8 [{n}, {k // 2}] packed fp4, got {w.dtype} {tuple(w.shape)}")
@@ -102,9 +102,23 @@ def _unpack(files, block, e, proj, w, s, wfmt):
         if w.dtype not in (torch.uint8, torch.float8_e4m3fn) or tuple(w.shape) != (n, k):
             raise CheckpointFormatError(files.folder, name, f"float8_e4m3fn or uint8 [{n}, {k}], got {w.dtype} {tuple(w.shape)}")
         return w
-    if w.dtype == torch.uint8 and tuple(w.shape) == (n, k):
-        return w
-    raise CheckpointFormatError(files.folder, name, f"uint8 [{n}, {k}] one fp6 code per byte, got {w.dtype} {tuple(w.shape)}")
+    if w.dtype == torch.uint8 and tuple(w.shape) == (n, k * 3 // 4):
+        return unpack_fp6(w)
+    raise CheckpointFormatError(files.folder, name, f"uint8 [{n}, {k * 3 // 4}] fp6 packed 4 codes in 3 bytes, "
+                                f"got {w.dtype} {tuple(w.shape)}")
+
+
+def unpack_fp6(w: torch.Tensor) -> torch.Tensor:
+    """Quark's fp6 packing: codes v0..v3 (sign at bit 5) in bytes b0, b1, b2 as
+    b0 = v0 | (v1 & 3) << 6, b1 = v1 >> 2 | (v2 & 15) << 4, b2 = v2 >> 4 | v3 << 2
+    -> one code per byte [..., 4/3 * last]."""
+    b = w.reshape(*w.shape[:-1], -1, 3).to(torch.int32)
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    v0 = b0 & 0x3F
+    v1 = (b0 >> 6) | ((b1 & 0x0F) << 2)
+    v2 = (b1 >> 4) | ((b2 & 0x03) << 4)
+    v3 = b2 >> 2
+    return torch.stack([v0, v1, v2, v3], dim=-1).reshape(*w.shape[:-1], -1).to(torch.uint8)
 
 
 def quant_config(tensors: dict, hscheme: str):
