@@ -58,14 +58,20 @@ class CheckpointFiles:
         return json.loads(p.read_text()) if p.is_file() else None
 
 
+def module_path(block: str) -> str:
+    """The sparse-MoE module path as transformers 5 loads it: Mixtral files name
+    the block `block_sparse_moe`, the loaded model `mlp` (its conversion mapping)."""
+    return block.replace(".block_sparse_moe", ".mlp")
+
+
 def expert_groups(keys) -> dict:
-    """{block: {expert id: {"gate"|"up"|"down": {suffix: tensor name}}}}."""
+    """{block module path: {expert id: {"gate"|"up"|"down": {suffix: tensor name}}}}."""
     out: dict = {}
     for k in keys:
         m = _EXPERT.match(k)
         if not m or m.group("proj") not in PROJ:
             continue
-        out.setdefault(m.group("block"), {}).setdefault(int(m.group("e")), {}) \
+        out.setdefault(module_path(m.group("block")), {}).setdefault(int(m.group("e")), {}) \
             .setdefault(PROJ[m.group("proj")], {})[m.group("suffix")] = k
     return out
 

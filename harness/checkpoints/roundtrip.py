@@ -119,7 +119,7 @@ def _source_weights(base_dir):
     for k, v in load_file(str(cfiles.Path(base_dir) / "model.safetensors")).items():
         m = cfiles._EXPERT.match(k)
         if m and m.group("proj") in PROJ and m.group("suffix") == "weight":
-            out[m.group("block"), int(m.group("e")), PROJ[m.group("proj")]] = v
+            out[cfiles.module_path(m.group("block")), int(m.group("e")), PROJ[m.group("proj")]] = v
     return out
 
 
