@@ -98,7 +98,8 @@ def resolve_or_result(cfg, name: str, scheme: str):
 
     def result(passed, skipped, message):
         return None, {"name": name, "passed": passed, "skipped": skipped, "message": message,
-                      "details": {"scheme": scheme, "checkpoint_format": cfg.checkpoint.format, "gates": []}, "time": 0.0, "raw": {}}
+                      "details": {"scheme": scheme, "checkpoint_format": cfg.checkpoint.format, "gates": [],
+                                                   "metrics": {}}, "time": 0.0, "raw": {}}
 
     try:
         return resolve(cfg), None
