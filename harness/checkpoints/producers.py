@@ -77,7 +77,8 @@ def available(name: str) -> tuple[bool, str]:
         # found, not imported: producer imports patch transformers globally (make_worker.py),
         # so they happen only in the maker's own process; an import failure there is reported.
         try:
-            found = importlib.util.find_spec(mod) is not None
+            # the top-level name only: find_spec of a submodule imports its parents
+            found = importlib.util.find_spec(mod.split(".")[0]) is not None
         except ModuleNotFoundError:
             found = False
         if not found:
