@@ -14,7 +14,7 @@ COMMANDS = {
     "train-tiny": ("harness.lmeval.train", "train the bundled tiny MoE model (CPU, deterministic)"),
     "pipeline": ("harness.pipelines.command", "validate or run Buildkite pipelines locally"),
     "conform": ("harness.conformance.command", "hold implementations of NVFP4 / OCP MX to the spec"),
-    "checkpoint": ("harness.checkpoints.synth_command", "synthetic real-size MoE checkpoints (checkpoint synth)"),
+    "checkpoint": ("harness.checkpoints.command", "producer checkpoints of the tiny MoE (make, check, list) and synthetic real-size ones (synth)"),
     "targets": ("harness.kernels.targets", "compile every Triton kernel ahead of time for gfx942, gfx950, sm_90, sm_100"),
 }
 BENCHES = {

@@ -1,14 +1,15 @@
-"""Load a compressed-tensors MoE checkpoint (the layout `checkpoint synth`
-writes, see synthetic.py) into a transformers model whose sparse-MoE blocks
-are harness.moe emulation layers, each layer on its device.
+"""Load a compressed-tensors MoE checkpoint (llm-compressor's layout, which
+`checkpoint synth` writes) straight into a transformers model whose sparse-MoE
+blocks are harness.moe emulation layers, each layer on its device: no float
+model is needed and the dense experts never exist.
 
-Only this layout: experts quantized (nvfp4-pack-quantized, or
-mxfp4-pack-quantized with dynamic mxfp4 activations), everything else bf16.
-The dense experts are never materialized: the model skeleton is built on the
-meta device, each layer's expert tensors are read shard by shard, stacked
-into the fused [E, ...] layout and handed to harness.moe.loaders on the
-layer's device; the other tensors are set on their layer's device. accelerate
-hooks (`dispatch_model`) then move the activations between layers.
+The expert tensors are read by the compressed-tensors reader
+(read_compressed_tensors.py: format and scheme checks, stacking into the
+fused [E, ...] layout), one layer at a time, moved to the layer's device and
+turned into a quant config there by harness.moe.loaders. The model skeleton
+is built on the meta device; the other tensors (bf16: attention, norms,
+routers, embeddings) are set on their layer's device; accelerate hooks
+(`dispatch_model`) then move the activations between layers.
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-
-FORMAT_SCHEME = {"nvfp4-pack-quantized": "nvfp4", "mxfp4-pack-quantized": "w_mxfp4_a_mxfp4"}
-
 
 @dataclass
 class Loaded:
@@ -53,23 +51,11 @@ def is_compressed_tensors(model_dir) -> bool:
 
 
 def checkpoint_scheme(model_dir) -> str:
-    path = Path(model_dir) / "config.json"
-    qc = read_config(model_dir).get("quantization_config") or {}
-    groups = qc.get("config_groups") or {}
-    if len(groups) != 1:
-        raise CheckpointError(f"{path}: quantization_config.config_groups: expected one group, got {len(groups)}")
-    (group,) = groups.values()
-    fmt = group.get("format") or qc.get("format")
-    if fmt not in FORMAT_SCHEME:
-        raise CheckpointError(f"{path}: quantization_config.format {fmt!r}: this loader reads "
-                              f"{', '.join(FORMAT_SCHEME)}")
-    acts = group.get("input_activations") or {}
-    if fmt == "mxfp4-pack-quantized" and not (acts.get("num_bits") == 4 and acts.get("dynamic") is True):
-        raise CheckpointError(f"{path}: config_groups input_activations: mxfp4 weights need dynamic mxfp4 "
-                              "activations for scheme w_mxfp4_a_mxfp4")
-    if qc.get("quantization_status") != "compressed":
-        raise CheckpointError(f"{path}: quantization_status {qc.get('quantization_status')!r}, expected 'compressed'")
-    return FORMAT_SCHEME[fmt]
+    """The harness scheme of a compressed-tensors folder, as its reader checks it."""
+    from . import files as cfiles
+    from . import read_compressed_tensors
+
+    return read_compressed_tensors.scheme(cfiles.CheckpointFiles(model_dir))
 
 
 def _arch(cfg: dict, path) -> SimpleNamespace:
@@ -82,38 +68,6 @@ def _arch(cfg: dict, path) -> SimpleNamespace:
                                proj=("gate_proj", "up_proj", "down_proj"),
                                renormalize=bool(cfg.get("norm_topk_prob", False)))
     raise CheckpointError(f"{path}: model_type {mt!r}: this loader reads mixtral and qwen3_moe")
-
-
-class TensorIndex:
-    """name -> shard file; tensors read one at a time (host memory: one tensor)."""
-
-    def __init__(self, model_dir):
-        self.dir = Path(model_dir)
-        index = self.dir / "model.safetensors.index.json"
-        if index.is_file():
-            self.files = json.loads(index.read_text())["weight_map"]
-        else:
-            from safetensors import safe_open
-
-            single = self.dir / "model.safetensors"
-            if not single.is_file():
-                raise CheckpointError(f"{self.dir}: neither model.safetensors.index.json nor model.safetensors")
-            with safe_open(str(single), framework="pt") as f:
-                self.files = {k: single.name for k in f.keys()}
-        self._open = {}
-
-    def get(self, name: str) -> torch.Tensor:
-        from safetensors import safe_open
-
-        if name not in self.files:
-            raise CheckpointError(f"{self.dir}: tensor {name} is missing")
-        f = self.files[name]
-        if f not in self._open:
-            self._open = {f: safe_open(str(self.dir / f), framework="pt")}  # one shard open at a time
-        return self._open[f].get_tensor(name)
-
-    def names(self):
-        return self.files.keys()
 
 
 # -- device placement --------------------------------------------------------------------
@@ -140,43 +94,26 @@ def device_map_for(cfg: dict, devices: list[str]) -> dict:
 
 
 # -- building ------------------------------------------------------------------------------
-def expert_tensors(index: TensorIndex, arch, layer: int, scheme: str) -> dict:
-    """One layer's experts in harness.moe.loaders' fused layout (CPU tensors)."""
-    gate, up, down = arch.proj
-    base = f"model.layers.{layer}.{arch.moe}.experts."
-
-    def stack(proj, field):
-        return torch.stack([index.get(f"{base}{e}.{proj}.{field}") for e in range(arch.experts)])
-
-    t = {"w13_weight_packed": torch.cat([stack(gate, "weight_packed"), stack(up, "weight_packed")], dim=1),
-         "w13_weight_scale": torch.cat([stack(gate, "weight_scale"), stack(up, "weight_scale")], dim=1),
-         "w2_weight_packed": stack(down, "weight_packed"), "w2_weight_scale": stack(down, "weight_scale")}
-    if scheme == "nvfp4":
-        t["w13_weight_global_scale"] = torch.cat([stack(gate, "weight_global_scale"),
-                                                  stack(up, "weight_global_scale")], dim=1)  # [E, 2]: must agree
-        t["w2_weight_global_scale"] = stack(down, "weight_global_scale").reshape(-1)
-        t["w13_input_global_scale"] = torch.cat([stack(gate, "input_global_scale"),
-                                                 stack(up, "input_global_scale")]).reshape(-1)
-        t["w2_input_global_scale"] = stack(down, "input_global_scale").reshape(-1)
-    return t
-
-
-def build_block(index: TensorIndex, arch, layer: int, scheme: str, top_k: int, device, backend="unfused"):
+def build_block(files, reader, groups: dict, arch, layer: int, scheme: str, top_k: int, device,
+                backend="unfused"):
     """The emulated sparse-MoE block of `layer`, every tensor on `device`."""
     from harness.lmeval.moe_swap import EmulatedSparseMoeBlock
-    from harness.moe import loaders
     from harness.moe.experts import make_experts
     from harness.moe.layer import FusedMoE
 
-    t = {k: v.to(device) for k, v in expert_tensors(index, arch, layer, scheme).items()}
-    if scheme == "nvfp4":
-        qc = loaders.load_compressed_tensors_nvfp4(t)
-    else:
-        qc = loaders.load_ocp_mx({"w13_weight": t["w13_weight_packed"], "w13_weight_scale": t["w13_weight_scale"],
-                                  "w2_weight": t["w2_weight_packed"], "w2_weight_scale": t["w2_weight_scale"]},
-                                 scheme=scheme)
-    router = index.get(f"model.layers.{layer}.{arch.moe}.gate.weight").to(device)
-    name = f"model.layers.{layer}.mlp"
+    from .errors import CheckpointFormatError
+
+    hub = f"model.layers.{layer}.{arch.moe}"          # the file's name (Mixtral: block_sparse_moe)
+    name = f"model.layers.{layer}.mlp"                 # the module's (and the reader's group key)
+    if name not in groups:
+        raise CheckpointFormatError(files.folder, f"{hub}.experts", "quantized experts for every decoder layer")
+    t = {k: (v.to(device) if isinstance(v, torch.Tensor) else v)
+         for k, v in reader.block_tensors(files, name, groups[name], scheme).items()}
+    try:
+        qc = reader.quant_config(t, scheme)
+    except ValueError as e:
+        raise CheckpointFormatError(files.folder, f"{hub} experts", f"tensors the loader accepts ({e})") from e
+    router = files.get(f"{hub}.gate.weight").to(device)
     spec = SimpleNamespace(name=name, family=arch.family, router_weight=router, top_k=top_k,
                            renormalize=arch.renormalize, shared_expert=None, shared_expert_gate=None)
     fused = FusedMoE(make_experts(qc, backend=backend), top_k=top_k, renormalize=arch.renormalize,
@@ -204,20 +141,29 @@ def load(model_dir, devices: list[str] | None = None, device_map: dict | None = 
 
     from harness.lmeval import parallel
 
+    from . import detect
+    from . import files as cfiles
+
     path = Path(model_dir) / "config.json"
-    scheme = checkpoint_scheme(model_dir)
-    raw = read_config(model_dir)
+    files = cfiles.CheckpointFiles(model_dir)
+    fmt = detect.detect(files.config, path)
+    if fmt != "compressed-tensors":
+        raise CheckpointError(f"{path}: {fmt} checkpoint; loaded without a float model: compressed-tensors only")
+    reader = detect.reader(fmt)
+    scheme = reader.scheme(files)
+    groups = cfiles.expert_groups(files.keys())
+    raw = files.config
     arch = _arch(raw, path)
     plain = {k: v for k, v in raw.items() if k not in ("quantization_config", "harness_synthetic")}
     config = AutoConfig.for_model(**plain)
     dm = dict(device_map) if device_map else device_map_for(raw, devices or ["cpu"])
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    index = TensorIndex(model_dir)
     blocks, specs = {}, []
     for layer in range(raw["num_hidden_layers"]):
         dev = _device_of(dm, f"model.layers.{layer}")
-        spec, block = build_block(index, arch, layer, scheme, raw["num_experts_per_tok"], dev, backend)
+        spec, block = build_block(files, reader, groups, arch, layer, scheme, raw["num_experts_per_tok"], dev,
+                                  backend)
         parent, _, child = spec.name.rpartition(".")
         setattr(model.get_submodule(parent), child, block)
         blocks[spec.name] = block
@@ -230,7 +176,7 @@ def load(model_dir, devices: list[str] | None = None, device_map: dict | None = 
         src = pname
         for k, v in hub.items():
             src = src.replace(k, v)
-        set_module_tensor_to_device(model, pname, _device_of(dm, pname), value=index.get(src), dtype=dtype)
+        set_module_tensor_to_device(model, pname, _device_of(dm, pname), value=files.get(src), dtype=dtype)
     left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers())
             if t.is_meta and str(_device_of(dm, n)) != "meta"]
     if left:

@@ -78,6 +78,7 @@ class MoEEmuLM(TemplateLM):
                  calibration_docs: int = 64, calibration_seed: int = corpus.DEFAULT_SEED,
                  device: str | None = None, dtype="auto", batch_size=32, max_length: int | None = None,
                  threads: int | None = None, parallelize=False, device_map="auto", max_memory_per_gpu=None,
+                 checkpoint: str | None = None, checkpoint_format: str | None = None,
                  **_ignored):
         super().__init__()
         from transformers import AutoTokenizer
@@ -119,6 +120,8 @@ class MoEEmuLM(TemplateLM):
             self._loaded = None
         self.activation_scales = None
         self.calibration_info: dict = {}
+        # a producer checkpoint whose experts ARE the quantized scheme (harness/lmeval/checkpoint_blocks.py)
+        self.checkpoint, self.checkpoint_format = checkpoint, checkpoint_format
         self.scheme = None
         self.set_scheme(scheme)
 
@@ -186,6 +189,15 @@ class MoEEmuLM(TemplateLM):
             return
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+        if scheme not in self.swapper.built and self.checkpoint is not None and scheme != "bf16":
+            from . import checkpoint_blocks
+
+            got, mods = checkpoint_blocks.build(self.swapper, self.checkpoint, self.checkpoint_format, self.backend_name)
+            if got != scheme:
+                raise ValueError(f"{self.checkpoint}: the checkpoint is {got}, not scheme {scheme}")
+            parallel.check_placement(self.model, mods)
+            self.swapper.built[scheme] = mods
+            self.calibration_info = {"source": f"checkpoint {self.checkpoint} ({self.checkpoint_format})"}
         if scheme not in self.swapper.built:
             scales = self._ensure_scales() if needs_activation_scales(scheme) else None
             self.swapper.build(scheme, self.build_fn, scales=scales, backend=self.backend_name)

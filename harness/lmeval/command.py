@@ -56,6 +56,7 @@ def plan(cfg, args) -> dict:
         "tasks": cfg.task_names, "limit": args.limit if args.limit is not None else cfg.limit,
         "num_fewshot": cfg.num_fewshot, "seed": cfg.seed, "gates": gates, "warnings": cfg.warnings,
         "notes": cfg.notes,
+        "checkpoint": None if cfg.checkpoint is None else {k: v for k, v in vars(cfg.checkpoint).items() if v is not None},
         "vllm_keys_not_applied": sorted(k for k in cfg.vllm_extra if k not in VLLM_APPLIED),
     }
 

@@ -49,7 +49,7 @@ VLLM_KEYS = {
 # tokenizer_mode, env_vars, ...) and are recorded in the plan, not applied.
 VLLM_APPLIED = ("model_name", "tasks", "limit", "num_fewshot", "rtol", "batch_size")
 HARNESS_KEYS = {"scheme", "baseline_scheme", "backend", "dtype", "device", "parallelize", "batch_size", "model_dir",
-                "model_dir_env", "model_subdir", "calibration", "gates", "seed", "description"}
+                "model_dir_env", "model_subdir", "calibration", "gates", "seed", "description", "checkpoint"}
 GATE_KEYS = {"one_sided", "paired", "kl"}
 PAIRED_KEYS = {"allowance", "allowances", "confidence", "method", "resamples", "seed", "metrics"}
 KL_KEYS = {"task", "max", "docs", "oracle_max"}
@@ -130,6 +130,7 @@ class AccuracyConfig:
     kl: KLSpec | None = None
     seed: int = 0
     description: str = ""
+    checkpoint: object = None           # checkpoint_config.CheckpointSpec: experts from a producer checkpoint
     vllm_extra: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # facts about valid input (tasks not bundled)
@@ -318,6 +319,10 @@ def parse(data, path="<config>") -> AccuracyConfig:
     cfg.paired = _parse_paired(path, gates.get("paired", {}))
     _check_paired_names(path, cfg)
     cfg.kl = _parse_kl(path, gates.get("kl"), cfg)
+    if "checkpoint" in h:
+        from . import checkpoint_config
+
+        cfg.checkpoint = checkpoint_config.parse(path, h["checkpoint"], cfg.scheme, cfg.model_dir_env)
     return cfg
 
 
