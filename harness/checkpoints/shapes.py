@@ -115,6 +115,8 @@ SHAPES = {s.name: s for s in (
     # CPU tests: same code path, kilobytes
     Shape("tiny-qwen3-moe", "qwen3_moe", 32, 64, 3, 4, 2, 16, 64, 4, 2, 256, 1e4, 1e-6),
     Shape("tiny-mixtral", "mixtral", 32, 64, 2, 4, 2, 16, 64, 4, 2, 256, 1e4, 1e-5),
+    # the bundled tiny MoE's shapes (harness/lmeval/tiny_model.py), for checkpoints paired with it
+    Shape("tiny-moe", "qwen3_moe", 25, 64, 3, 4, 4, 16, 64, 8, 2, 256, 1e4, 1e-6),
 )}
 
 

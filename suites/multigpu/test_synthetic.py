@@ -231,3 +231,23 @@ def test_producer_roundtrip_bit_for_bit(written, shape, scheme):
 
     rt = roundtrip(written[(shape, scheme)])
     assert rt.ok, rt.summary()
+
+
+def test_producer_checkpoint_blocks_built_on_their_layer_device(tmp_path):
+    """A compressed-tensors checkpoint paired with its float model (`checkpoint=`):
+    each block's quant config is built on its layer's device (layer 1 on meta)."""
+    from transformers import AutoModelForCausalLM
+
+    from harness.lmeval import checkpoint_blocks
+    from harness.lmeval.moe_swap import Swapper
+    from harness.lmeval.tiny_model import bundled_dir
+
+    synthetic.write("tiny-moe", "mxfp4", tmp_path / "c", seed=0, device="cpu")
+    model = AutoModelForCausalLM.from_pretrained(bundled_dir(), dtype=torch.float32, local_files_only=True)
+    model.model.layers[1].to("meta")
+    sw = Swapper.attach(model)
+    scheme, mods = checkpoint_blocks.build(sw, str(tmp_path / "c"), "compressed-tensors")
+    assert scheme == "w_mxfp4_a_mxfp4"
+    parallel.check_placement(model, mods)
+    seen = {n: {t.device.type for _, t in parallel.iter_tensors(b)} for n, b in mods.items()}
+    assert seen == {"model.layers.0.mlp": {"cpu"}, "model.layers.1.mlp": {"meta"}, "model.layers.2.mlp": {"cpu"}}
