@@ -4,6 +4,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 HARNESS_TORCH_SPEC ?= torch==2.13.0
+# pyproject.toml [producers] says why these go in with --no-deps
+PRODUCER_PKGS := llmcompressor==0.14.0.1 amd-quark==0.13 nvidia-modelopt==0.47.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
@@ -17,6 +19,9 @@ $(STAMP): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(HARNESS_TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[test,lmeval,pipelines,conformance]"
+	$(BIN)/python -c 'import torch, transformers; print(f"torch=={torch.__version__}\ntransformers=={transformers.__version__}")' > $(VENV)/constraints.txt
+	$(BIN)/python -m pip install -q -c $(VENV)/constraints.txt -e ".[producers]"
+	$(BIN)/python -m pip install -q --no-deps $(PRODUCER_PKGS)
 	# vLLM's emulation functions for `moe-harness conform`: its pinned torch stack is not wanted
 	$(BIN)/python -m pip install -q --no-deps "vllm==0.33.0" "pyzmq>=25"
 	touch $(STAMP)

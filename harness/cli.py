@@ -14,6 +14,7 @@ COMMANDS = {
     "train-tiny": ("harness.lmeval.train", "train the bundled tiny MoE model (CPU, deterministic)"),
     "pipeline": ("harness.pipelines.command", "validate or run Buildkite pipelines locally"),
     "conform": ("harness.conformance.command", "hold implementations of NVFP4 / OCP MX to the spec"),
+    "checkpoint": ("harness.checkpoints.command", "producer checkpoints of the tiny MoE (make, check, list) and synthetic real-size ones (synth)"),
     "targets": ("harness.kernels.targets", "compile every Triton kernel ahead of time for gfx942, gfx950, sm_90, sm_100"),
 }
 BENCHES = {
@@ -22,6 +23,7 @@ BENCHES = {
     "eval": ("harness.lmeval.bench", "tiny-model eval wall time"),
     "config-validate": ("harness.lmeval.bench_config", "wall time of eval --dry-run on one config (fresh interpreters)"),
     "conform": ("harness.conformance.bench", "wall time of moe-harness conform over every installed adapter"),
+    "multigpu": ("harness.lmeval.bench_multigpu", "load time, peak memory per GPU, tokens/s: 1 GPU vs 2 GPUs (both modes)"),
 }
 
 

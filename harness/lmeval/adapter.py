@@ -28,7 +28,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from . import BUNDLED_MODEL_NAME, calibrate, corpus, tiny_model
+from . import BUNDLED_MODEL_NAME, calibrate, corpus, parallel, tiny_model
 from .builder import SCHEMES, builder_source, emulation_builder, needs_activation_scales
 from .moe_swap import ORACLE_PREFIX, Swapper
 
@@ -60,14 +60,28 @@ def _dtype(name):
     return _DTYPES[name]
 
 
+def _flag(name, value) -> bool:
+    """A boolean model_arg; lm-eval passes `parallelize=True` from the command line as a string."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", "none", ""):
+        return False
+    raise ValueError(f"{name} must be true or false, got {value!r}")
+
+
 @register_model("moe-emu")
 class MoEEmuLM(TemplateLM):
     def __init__(self, pretrained=BUNDLED_MODEL_NAME, scheme: str = "bf16", backend: str = "unfused",
                  calibration_docs: int = 64, calibration_seed: int = corpus.DEFAULT_SEED,
                  device: str | None = None, dtype="auto", batch_size=32, max_length: int | None = None,
-                 threads: int | None = None, **_ignored):
+                 threads: int | None = None, parallelize=False, device_map="auto", max_memory_per_gpu=None,
+                 checkpoint: str | None = None, checkpoint_format: str | None = None,
+                 **_ignored):
         super().__init__()
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from .offline import enter_offline, set_threads
 
@@ -75,25 +89,75 @@ class MoEEmuLM(TemplateLM):
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
         self.model_dir = resolve_model_dir(pretrained)
+        self.parallelize = _flag("parallelize", parallelize)
+        # data parallel: one process per device under `accelerate launch`, lm-eval shards by rank
+        self.dp = parallel.DataParallel.detect()
+        if self.dp is not None:
+            if self.parallelize:
+                raise ValueError("parallelize=True under a multi-process launch: choose model parallel "
+                                 "(one process, parallelize=True) or data parallel (accelerate launch)")
+            self._rank, self._world_size = self.dp.rank, self.dp.world_size
+            device = str(self.dp.device)
         self._device = torch.device(device or auto_device())
         if self._device.type == "cpu":
             set_threads(int(threads) if threads is not None else None)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=_dtype(dtype), local_files_only=True)
-        self.model = model.to(self._device).eval()
+        self.checkpoint_scheme = None   # set when the checkpoint itself is quantized
+        self.backend_name = backend
+        self.model = self._load_model(_dtype(dtype), device_map, max_memory_per_gpu)
         self.batch_size = int(batch_size)
-        cfg_len = getattr(model.config, "max_position_embeddings", 2048)
+        cfg_len = getattr(self.model.config, "max_position_embeddings", 2048)
         self.max_length = int(max_length) if max_length else min(int(cfg_len), 4096)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eot_token_id
-        self.backend_name = backend
         self.calibration_docs = int(calibration_docs)
         self.calibration_seed = int(calibration_seed)
         self.build_fn = emulation_builder()
-        self.swapper = Swapper.attach(self.model)
+        if self.checkpoint_scheme is None:
+            self.swapper = Swapper.attach(self.model)
+        else:
+            self.swapper = Swapper(model=self.model, specs=self._loaded.specs,
+                                   built={self.checkpoint_scheme: self._loaded.blocks})
+            self._loaded = None
         self.activation_scales = None
         self.calibration_info: dict = {}
+        # a producer checkpoint whose experts ARE the quantized scheme (harness/lmeval/checkpoint_blocks.py)
+        self.checkpoint, self.checkpoint_format = checkpoint, checkpoint_format
         self.scheme = None
         self.set_scheme(scheme)
+
+    def _load_model(self, dtype, device_map, max_memory_per_gpu):
+        from transformers import AutoModelForCausalLM
+
+        from harness.checkpoints import synthetic_loader
+
+        if synthetic_loader.is_compressed_tensors(self.model_dir):
+            return self._load_quantized(dtype, device_map)
+        if not self.parallelize:
+            model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype, local_files_only=True)
+            return model.to(self._device).eval()
+        model = parallel.load_parallel(self.model_dir, dtype, device_map, max_memory_per_gpu)
+        # inputs go where the embedding lives; accelerate's hooks carry them on
+        self._device = model.get_input_embeddings().weight.device
+        return model
+
+    def _load_quantized(self, dtype, device_map):
+        """A compressed-tensors checkpoint: experts built from its quantized
+        tensors, layer by layer on the layers' devices (dense experts never exist)."""
+        from harness.checkpoints import synthetic_loader
+
+        dt = torch.bfloat16 if dtype == "auto" else dtype
+        if not self.parallelize:
+            devices, dm = [str(self._device)], None
+        else:
+            dm = parallel.parse_device_map(device_map)
+            n = torch.cuda.device_count()
+            devices = [f"cuda:{i}" for i in range(n)] if n else ["cpu"]
+            dm = dm if isinstance(dm, dict) else None
+        self._loaded = synthetic_loader.load(self.model_dir, devices=devices, device_map=dm, dtype=dt,
+                                             backend=self.backend_name)
+        self.checkpoint_scheme = self._loaded.scheme
+        self._device = self._loaded.model.get_input_embeddings().weight.device
+        return self._loaded.model
 
     # -- scheme handling ---------------------------------------------------
     def _ensure_scales(self, scheme: str) -> dict:
@@ -115,22 +179,34 @@ class MoEEmuLM(TemplateLM):
 
     def set_scheme(self, scheme: str) -> None:
         """A scheme name, or "oracle:<scheme>" for the float64 reference of that scheme."""
+        base = scheme[len(ORACLE_PREFIX):] if scheme.startswith(ORACLE_PREFIX) else scheme
+        if self.checkpoint_scheme is not None and base != self.checkpoint_scheme:
+            raise ValueError(f"{self.model_dir}: the checkpoint is quantized as {self.checkpoint_scheme}; "
+                             f"scheme {scheme!r} cannot run on it")
         if scheme.startswith(ORACLE_PREFIX):
             base = scheme[len(ORACLE_PREFIX):]
             self.set_scheme(base)
             self.swapper.build_oracle(base)
-            for mod in self.swapper.built[scheme].values():
-                mod.to(self._device)
+            parallel.check_placement(self.model, self.swapper.built[scheme])
             self.swapper.use(scheme)
             self.scheme = scheme
             return
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+        if scheme not in self.swapper.built and self.checkpoint is not None and scheme != "bf16":
+            from . import checkpoint_blocks
+
+            got, mods = checkpoint_blocks.build(self.swapper, self.checkpoint, self.checkpoint_format, self.backend_name)
+            if got != scheme:
+                raise ValueError(f"{self.checkpoint}: the checkpoint is {got}, not scheme {scheme}")
+            parallel.check_placement(self.model, mods)
+            self.swapper.built[scheme] = mods
+            self.calibration_info = {"source": f"checkpoint {self.checkpoint} ({self.checkpoint_format})"}
         if scheme not in self.swapper.built:
             scales = self._ensure_scales(scheme) if needs_activation_scales(scheme) else None
             self.swapper.build(scheme, self.build_fn, scales=scales, backend=self.backend_name)
-            for mod in self.swapper.built[scheme].values():
-                mod.to(self._device)
+            # built from each layer's own weights, so on the layer's device; proven, not moved
+            parallel.check_placement(self.model, self.swapper.built[scheme])
         self.swapper.use(scheme)
         self.scheme = scheme
 
@@ -138,6 +214,7 @@ class MoEEmuLM(TemplateLM):
         return {
             "model_dir": self.model_dir, "scheme": self.scheme, "backend": self.backend_name,
             "device": str(self._device), "dtype": str(self.model.dtype),
+            "parallel": self.parallel_info(),
             # which CPU kernels summed the float32 GEMMs (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS)
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "mkl_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS", "auto"),
@@ -145,6 +222,25 @@ class MoEEmuLM(TemplateLM):
             "emulation": builder_source(self.build_fn),
             "calibration": {k: v for k, v in self.calibration_info.items() if k != "amax"},
         }
+
+    def parallel_info(self) -> dict:
+        if self.dp is not None:
+            return {"mode": "data", "rank": self.rank, "world_size": self.world_size}
+        if self.parallelize:
+            names = [s.name for s in self.swapper.specs]
+            return {"mode": "model", "block_devices": parallel.block_devices(self.model, names)}
+        return {"mode": "single"}
+
+    # -- distributed primitives (lm-eval's evaluator shards requests by rank) ---------
+    def all_gather(self, tensor):
+        return tensor if self.dp is None else self.dp.all_gather(tensor)
+
+    def gather_object(self, obj, dst=0):
+        return [obj] if self.dp is None else self.dp.gather_object(obj, dst)
+
+    def barrier(self) -> None:
+        if self.dp is not None:
+            self.dp.barrier()
 
     # -- TemplateLM plumbing --------------------------------------------------
     @property

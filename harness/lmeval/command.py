@@ -52,9 +52,11 @@ def plan(cfg, args) -> dict:
     return {
         "config": cfg.path, "model_name": cfg.model_name, "model_dir": model_dir, "model": model_status,
         "scheme": scheme, "baseline_scheme": cfg.baseline_scheme, "backend": cfg.backend,
+        "parallelize": cfg.parallelize,
         "tasks": cfg.task_names, "limit": args.limit if args.limit is not None else cfg.limit,
         "num_fewshot": cfg.num_fewshot, "seed": cfg.seed, "gates": gates, "warnings": cfg.warnings,
         "notes": cfg.notes,
+        "checkpoint": None if cfg.checkpoint is None else {k: v for k, v in vars(cfg.checkpoint).items() if v is not None},
         "vllm_keys_not_applied": sorted(k for k in cfg.vllm_extra if k not in VLLM_APPLIED),
     }
 

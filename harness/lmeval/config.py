@@ -48,8 +48,8 @@ VLLM_KEYS = {
 # The vLLM keys a harness run applies; the rest configure vLLM's engine (moe_backend,
 # tokenizer_mode, env_vars, ...) and are recorded in the plan, not applied.
 VLLM_APPLIED = ("model_name", "tasks", "limit", "num_fewshot", "rtol", "batch_size")
-HARNESS_KEYS = {"scheme", "baseline_scheme", "backend", "dtype", "device", "batch_size", "model_dir",
-                "model_dir_env", "model_subdir", "calibration", "gates", "seed", "description"}
+HARNESS_KEYS = {"scheme", "baseline_scheme", "backend", "dtype", "device", "parallelize", "batch_size", "model_dir",
+                "model_dir_env", "model_subdir", "calibration", "gates", "seed", "description", "checkpoint"}
 GATE_KEYS = {"one_sided", "paired", "kl"}
 PAIRED_KEYS = {"allowance", "allowances", "confidence", "method", "resamples", "seed", "metrics"}
 KL_KEYS = {"task", "max", "docs", "oracle_max"}
@@ -119,6 +119,7 @@ class AccuracyConfig:
     backend: str = "unfused"
     dtype: str = "auto"
     device: str | None = None
+    parallelize: bool = False          # layers over the host's GPUs (accelerate device_map)
     batch_size: int = 32
     model_dir: str | None = None
     model_dir_env: str | None = None
@@ -129,6 +130,7 @@ class AccuracyConfig:
     kl: KLSpec | None = None
     seed: int = 0
     description: str = ""
+    checkpoint: object = None           # checkpoint_config.CheckpointSpec: experts from a producer checkpoint
     vllm_extra: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # facts about valid input (tasks not bundled)
@@ -292,6 +294,11 @@ def parse(data, path="<config>") -> AccuracyConfig:
             devices.check_name(cfg.device)
         except devices.DeviceError as e:
             raise ConfigError(path, "harness.device", str(e)) from None
+    cfg.parallelize = h.get("parallelize", False)
+    if not isinstance(cfg.parallelize, bool):
+        raise ConfigError(path, "harness.parallelize", f"expected true or false, got {_short(cfg.parallelize)}")
+    if cfg.parallelize and cfg.device is not None:
+        raise ConfigError(path, "harness.parallelize", "true places the layers over the GPUs; drop harness.device")
     cfg.batch_size = _num(path, "harness.batch_size", h.get("batch_size", cfg.batch_size), lo=1, hi=MAX_BATCH,
                           integer=True)
     cfg.model_dir = _str(path, "harness.model_dir", h.get("model_dir"), allow_none=True)
@@ -312,6 +319,10 @@ def parse(data, path="<config>") -> AccuracyConfig:
     cfg.paired = _parse_paired(path, gates.get("paired", {}))
     _check_paired_names(path, cfg)
     cfg.kl = _parse_kl(path, gates.get("kl"), cfg)
+    if "checkpoint" in h:
+        from . import checkpoint_config
+
+        cfg.checkpoint = checkpoint_config.parse(path, h["checkpoint"], cfg.scheme, cfg.model_dir_env)
     return cfg
 
 

@@ -30,14 +30,18 @@ class Session:
     baselines: dict = field(default_factory=dict)    # key -> lm-eval output
     disable_tqdm: bool = False
 
-    def lm(self, model_dir: str, cfg: AccuracyConfig, scheme: str):
+    def lm(self, model_dir: str, cfg: AccuracyConfig, scheme: str, checkpoint: str | None = None):
         from .adapter import MoEEmuLM
 
-        key = (model_dir, cfg.dtype, cfg.device, cfg.backend)
+        key = (model_dir, cfg.dtype, cfg.device, cfg.backend, checkpoint) + (("parallelize",) if cfg.parallelize else ())
         if key not in self.lms:
             calib = cfg.calibration or {}
             kwargs = dict(pretrained=model_dir, scheme=cfg.baseline_scheme, backend=cfg.backend,
                           device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size)
+            if cfg.parallelize:
+                kwargs["parallelize"] = True
+            if checkpoint is not None:
+                kwargs.update(checkpoint=checkpoint, checkpoint_format=cfg.checkpoint.format)
             if "docs" in calib:
                 kwargs["calibration_docs"] = calib["docs"]
             if "seed" in calib:
@@ -140,8 +144,15 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
     except ModelNotPresent as e:
         return {"name": name, "passed": True, "skipped": True, "message": f"SKIPPED: {e}",
                 "details": {"scheme": scheme}, "time": 0.0, "raw": {}}
+    checkpoint = None
+    if cfg.checkpoint is not None:
+        from .checkpoint_config import resolve_or_result
+
+        checkpoint, early = resolve_or_result(cfg, name, scheme)
+        if early is not None:
+            return early
     timings = {}
-    lm = session.lm(model_dir, cfg, cfg.baseline_scheme)
+    lm = session.lm(model_dir, cfg, cfg.baseline_scheme, checkpoint)
     bkey = (model_dir, cfg.baseline_scheme, tuple(cfg.task_names), limit, cfg.num_fewshot, cfg.seed)
     t = time.perf_counter()
     if bkey not in session.baselines:

@@ -135,6 +135,15 @@ class EmulatedSparseMoeBlock(nn.Module):
         self.shared_expert_gate = spec.shared_expert_gate
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.is_cuda:
+            # Triton launches on the CURRENT device, not the tensors': with the
+            # layers spread over GPUs (accelerate hooks move tensors, not the
+            # current device) the block's kernels must run under its own device.
+            with torch.cuda.device(hidden_states.device):
+                return self._forward(hidden_states)
+        return self._forward(hidden_states)
+
+    def _forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         shape = hidden_states.shape
         h = hidden_states.reshape(-1, shape[-1])
         router_logits = nn.functional.linear(h, self.router_weight)

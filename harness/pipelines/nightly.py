@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .targets import ROCM_ARCH, SOFT_FAIL_ENV
+from .targets import MULTI_GPU_COUNT, MULTI_GPU_QUEUES, ROCM_ARCH, SOFT_FAIL_ENV
 
 NIGHTLY_PATH = "buildkite/nightly.yml"
 CONFIG_DIR = "suites/lm_eval/configs"
@@ -93,9 +93,34 @@ CUDA_AGENT_TAGS = {"nightly-mixtral-8x7b-": (("gpu", "h200"),)}
 CHECKPOINT_SOFT_FAIL = ("exit 3 means the checkpoint is not on this agent: shown as a soft failure instead of a "
                         "silent pass; failed accuracy gates (exit 1) still fail")
 
+CUDA_X2 = Target("cuda", ":nvidia:", MULTI_GPU_QUEUES["cuda"], CUDA.env)
+ROCM_X2 = Target("rocm", ":amd:", MULTI_GPU_QUEUES["rocm"], ROCM.env)
+SYNTH_DIR = "scratch/synth"  # in the job's checkout, removed before and after
+
+
+def _multigpu(t: Target) -> tuple:
+    """Two-GPU steps (issue #16): the placement/equality suite, and the
+    benchmark on synthetic real-size checkpoints: Qwen3-30B-A3B in all three
+    modes, Mixtral-8x22B (more than one H200 holds) model parallel only."""
+    n = MULTI_GPU_COUNT
+    suite = Step(f"{t.emoji} multi-GPU suite ({t.name} x{n})", f"{t.name}-multigpu-suite", t, 45,
+                 ("make install", f".venv/bin/python -m pytest suites/multigpu -p no:cacheprovider "
+                                  f"--junitxml=reports/junit/{t.name}-multigpu-suite.xml"))
+
+    def bench(shape: str, modes: str, timeout: int) -> Step:
+        return Step(f"{t.emoji} bench multigpu {shape} ({t.name} x{n})", f"{t.name}-multigpu-bench-{shape}", t,
+                    timeout, ("make install", f"rm -rf {SYNTH_DIR}",
+                              f".venv/bin/moe-harness checkpoint synth --shape {shape} --scheme nvfp4 --out {SYNTH_DIR}",
+                              f".venv/bin/moe-harness bench multigpu --checkpoint {SYNTH_DIR} --gpus {n} --modes {modes}",
+                              f"rm -rf {SYNTH_DIR}"))
+
+    return (suite, bench("qwen3-30b-a3b", "single,model,data", 120), bench("mixtral-8x22b", "model", 150))
+
+
 # Hand-maintained nightly steps (not one per scheme or config): appended
 # after the generated ones, before the report.
 EXTRA_STEPS: tuple = (
+    *_multigpu(CUDA_X2), *_multigpu(ROCM_X2),
     # Every row of the text-pattern fault table applied to a scratch copy, its
     # named tests shown red (make test checks the patterns and runs two rows).
     Step(":boom: fault injection, full sweep (cpu)", "cpu-fault-injection", CPU, 120,

@@ -2,11 +2,18 @@
 
 Agent queues are named by target: `cpu`, `cuda-<gpu>` (H100/H200 agents
 join `cuda-h100`), `rocm-<gpu>` (MI300X, gfx942, agents join `rocm-mi300x`).
+Agents with two GPUs of one host join their own queues (MULTI_GPU_QUEUES), so
+a two-GPU job never lands on a one-GPU agent.
 """
 
 from __future__ import annotations
 
 TARGETS = ("cpu", "cuda", "rocm")
+
+# Two GPUs of one host (issue #16: model parallel over a device_map, data
+# parallel with accelerate launch): H200 x2 and MI300X x2 agents.
+MULTI_GPU_QUEUES = {"cuda": "cuda-h200x2", "rocm": "rocm-mi300x2"}
+MULTI_GPU_COUNT = 2
 
 # ROCm JIT builds (Triton, torch extensions) must target the MI300X ISA only.
 ROCM_ARCH = "gfx942"

@@ -1,0 +1,23 @@
+"""Real checkpoint formats: makers (with the producer libraries) and readers.
+
+Modules (one job each):
+  errors       -- CheckpointFormatError: one line naming file, tensor and expectation
+  producers    -- the producer table: producer x scheme -> format, harness scheme, maker
+  source       -- the bundled tiny MoE as producers see it, its hash, calibration text
+  cache        -- where made checkpoints are kept ($MOE_HARNESS_CACHE_DIR)
+  make         -- `make_checkpoint(producer, scheme)`: run a maker, cache its folder
+  make_*       -- one maker per producer library (llmcompressor, quark, modelopt, gpt-oss)
+  files        -- safetensors + config reading, expert tensor grouping
+  detect       -- which producer format a folder holds (from its quantization config)
+  read_*       -- one reader per format: producer tensors -> harness loader input
+  load         -- folder -> {MoE block: MoEQuantConfig} through harness.moe.loaders
+  producer_dequant -- each producer's own dequantization (for the round-trip proof)
+  roundtrip    -- harness dequantization vs the producer's, per tensor
+  command      -- `moe-harness checkpoint make | check | list | synth`
+  shapes       -- real model shapes (HF configs) and their sizes on paper
+  synthetic    -- synthetic real-size checkpoints (compressed-tensors layout), streamed shard by shard
+  synthetic_loader -- a compressed-tensors checkpoint straight into moe-emu, each layer on its device
+  synth_command -- `moe-harness checkpoint synth`
+
+Producer libraries are imported inside the makers and producer_dequant only.
+"""

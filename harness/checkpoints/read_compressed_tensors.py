@@ -1,0 +1,96 @@
+"""compressed-tensors checkpoints (llmcompressor): NVFP4 ("nvfp4-pack-quantized")
+and MXFP4 ("mxfp4-pack-quantized").
+
+Per expert projection, as compressed-tensors writes them:
+  weight_packed        uint8 [N, K/2], two e2m1 codes per byte, low nibble first
+  weight_scale         nvfp4: float8_e4m3fn [N, K/16]; mxfp4: uint8 E8M0 [N, K/32]
+  weight_global_scale  nvfp4: float32 [1], ENCODE side (2688 / amax)
+  input_global_scale   nvfp4: float32 [1], ENCODE side, static (dynamic "local" block scales)
+MXFP4 activations are dynamic (no tensor). The harness takes one activation
+global scale per layer input: the minimum encode-side scale (= 1 / the
+largest decode-side), as vLLM does.
+"""
+from __future__ import annotations
+
+import torch
+
+from .errors import CheckpointFormatError
+from .stacking import cat_w13, expert_ids, fetch, pair, scalars, stack
+
+FORMAT = "compressed-tensors"
+# compressed-tensors "format" -> (harness weight format, harness scheme, block size, scale dtype name)
+_FORMATS = {"nvfp4-pack-quantized": ("nvfp4", "nvfp4", 16, "torch.float8_e4m3fn"),
+            "mxfp4-pack-quantized": ("mxfp4", "w_mxfp4_a_mxfp4", 32, "torch.uint8")}
+
+
+def recognises(config: dict) -> bool:
+    return (config.get("quantization_config") or {}).get("quant_method") == "compressed-tensors"
+
+
+def _fail(files, field, expected):
+    raise CheckpointFormatError(files.folder / "config.json", f"quantization_config.{field}", expected)
+
+
+def scheme(files) -> str:
+    qc = files.config["quantization_config"]
+    fmt = qc.get("format")
+    if fmt not in _FORMATS:
+        _fail(files, "format", f"one of {', '.join(_FORMATS)}, got {fmt!r}")
+    wfmt, hscheme, block, sdt = _FORMATS[fmt]
+    groups = qc.get("config_groups") or {}
+    if len(groups) != 1:
+        _fail(files, "config_groups", f"exactly one group, got {len(groups)}")
+    (gname, g), = groups.items()
+    w, a = g.get("weights") or {}, g.get("input_activations")
+    want_w = {"num_bits": 4, "type": "float", "group_size": block, "scale_dtype": sdt,
+              "strategy": "tensor_group" if wfmt == "nvfp4" else "group"}
+    for k, v in want_w.items():
+        if w.get(k) != v:
+            _fail(files, f"config_groups.{gname}.weights.{k}", f"{v!r} for {fmt}, got {w.get(k)!r}")
+    if not a:
+        _fail(files, f"config_groups.{gname}.input_activations",
+              f"activation quantization ({fmt} weight-only has no harness MoE scheme)")
+    want_a = {"num_bits": 4, "type": "float", "group_size": block,
+              "dynamic": "local" if wfmt == "nvfp4" else True}
+    for k, v in want_a.items():
+        if a.get(k) != v:
+            _fail(files, f"config_groups.{gname}.input_activations.{k}", f"{v!r} for {fmt}, got {a.get(k)!r}")
+    return hscheme
+
+
+def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
+    nvfp4 = hscheme == "nvfp4"
+    blk = 16 if nvfp4 else 32
+    sdt = torch.float8_e4m3fn if nvfp4 else torch.uint8
+    ids = expert_ids(files, block, experts)
+    got: dict = {}
+    for proj in ("gate", "up", "down"):
+        for e in ids:
+            w = fetch(files, block, experts, e, proj, "weight_packed", dtype=torch.uint8)
+            n, k2 = w.shape
+            got.setdefault((proj, "w"), []).append(w)
+            got.setdefault((proj, "s"), []).append(
+                fetch(files, block, experts, e, proj, "weight_scale", dtype=sdt, shape=(n, 2 * k2 // blk)))
+            if nvfp4:
+                got.setdefault((proj, "g"), []).append(
+                    fetch(files, block, experts, e, proj, "weight_global_scale", dtype=torch.float32, shape=(1,)))
+                got.setdefault((proj, "a"), []).append(
+                    fetch(files, block, experts, e, proj, "input_global_scale", dtype=torch.float32, shape=(1,)))
+    out = {"w13_weight_packed": cat_w13(got["gate", "w"], got["up", "w"]), "w2_weight_packed": stack(got["down", "w"]),
+           "w13_weight_scale": cat_w13(got["gate", "s"], got["up", "s"]), "w2_weight_scale": stack(got["down", "s"])}
+    if nvfp4:
+        out["w13_weight_global_scale"] = pair(got["gate", "g"], got["up", "g"])
+        out["w2_weight_global_scale"] = scalars(got["down", "g"])
+        out["w13_input_global_scale"] = pair(got["gate", "a"], got["up", "a"])
+        out["w2_input_global_scale"] = scalars(got["down", "a"])
+    return out
+
+
+def quant_config(tensors: dict, hscheme: str):
+    from harness.moe import loaders
+
+    if hscheme == "nvfp4":
+        return loaders.load_compressed_tensors_nvfp4(tensors)
+    return loaders.load_ocp_mx({"w13_weight": tensors["w13_weight_packed"], "w13_weight_scale": tensors["w13_weight_scale"],
+                                "w2_weight": tensors["w2_weight_packed"], "w2_weight_scale": tensors["w2_weight_scale"]},
+                               scheme=hscheme)

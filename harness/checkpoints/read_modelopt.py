@@ -1,0 +1,64 @@
+"""ModelOpt NVFP4 checkpoints (`export_hf_checkpoint`).
+
+Per expert projection, as ModelOpt writes them:
+  weight          uint8 [N, K/2], two e2m1 codes per byte, low nibble first
+  weight_scale    float8_e4m3fn [N, K/16]
+  weight_scale_2  float32 [], DECODE side (amax / 2688)
+  input_scale     float32 [], DECODE side
+The recognised config: quantization_config {"quant_method": "modelopt",
+"quant_algo": "NVFP4", group_size 16} (also in hf_quant_config.json).
+"""
+from __future__ import annotations
+
+import torch
+
+from .errors import CheckpointFormatError
+from .stacking import cat_w13, expert_ids, fetch, pair, scalars, stack
+
+FORMAT = "modelopt"
+
+
+def recognises(config: dict) -> bool:
+    return (config.get("quantization_config") or {}).get("quant_method") == "modelopt"
+
+
+def scheme(files) -> str:
+    qc = files.config["quantization_config"]
+    where = files.folder / "config.json"
+    if qc.get("quant_algo") != "NVFP4":
+        raise CheckpointFormatError(where, "quantization_config.quant_algo", f"'NVFP4', got {qc.get('quant_algo')!r}")
+    groups = qc.get("config_groups") or {}
+    for gname, g in groups.items():
+        for part in ("weights", "input_activations"):
+            a = g.get(part) or {}
+            if a.get("group_size") != 16 or a.get("num_bits") != 4 or a.get("type") != "float":
+                raise CheckpointFormatError(where, f"quantization_config.config_groups.{gname}.{part}",
+                                            f"num_bits 4, type float, group_size 16 (NVFP4), got {a}")
+    return "nvfp4"
+
+
+def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
+    ids = expert_ids(files, block, experts)
+    got: dict = {}
+    for proj in ("gate", "up", "down"):
+        for e in ids:
+            w = fetch(files, block, experts, e, proj, "weight", dtype=torch.uint8)
+            n, k2 = w.shape
+            got.setdefault((proj, "w"), []).append(w)
+            got.setdefault((proj, "s"), []).append(
+                fetch(files, block, experts, e, proj, "weight_scale", dtype=torch.float8_e4m3fn, shape=(n, k2 // 8)))
+            got.setdefault((proj, "s2"), []).append(
+                fetch(files, block, experts, e, proj, "weight_scale_2", dtype=torch.float32, shape=()))
+            got.setdefault((proj, "a"), []).append(
+                fetch(files, block, experts, e, proj, "input_scale", dtype=torch.float32, shape=()))
+    return {"w13_weight": cat_w13(got["gate", "w"], got["up", "w"]), "w2_weight": stack(got["down", "w"]),
+            "w13_weight_scale": cat_w13(got["gate", "s"], got["up", "s"]), "w2_weight_scale": stack(got["down", "s"]),
+            "w13_weight_scale_2": pair(got["gate", "s2"], got["up", "s2"]),
+            "w2_weight_scale_2": scalars(got["down", "s2"]),
+            "w13_input_scale": pair(got["gate", "a"], got["up", "a"]), "w2_input_scale": scalars(got["down", "a"])}
+
+
+def quant_config(tensors: dict, hscheme: str):
+    from harness.moe import loaders
+
+    return loaders.load_modelopt_nvfp4(tensors)

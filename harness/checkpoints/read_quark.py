@@ -1,0 +1,127 @@
+"""AMD Quark checkpoints (`export_safetensors`, its HF format, real_quantized),
+OCP MX schemes.
+
+Recognised config: quantization_config {"quant_method": "quark"} with a
+global_quant_config whose weight is an OCP MX spec (qscheme per_group,
+group_size 32, scale_format e8m0) and whose input_tensors is the same
+element type, dynamic, with the harness scheme's scale mode ("even"), or
+absent for MXFP8 (weight only). Per-layer overrides (layer_quant_config,
+layer_type_quant_config) are refused: the harness has one scheme per layer.
+
+Per expert projection: `weight` (fp4: uint8 [N, K/2], two codes per byte;
+fp6: uint8 [N, 3K/4], four codes in three bytes (unpack_fp6); fp8: uint8 or float8 [N, K]) and `weight_scale` (uint8
+E8M0 [N, K/32]).
+"""
+from __future__ import annotations
+
+import torch
+
+from .errors import CheckpointFormatError
+from .stacking import cat_w13, expert_ids, fetch, stack
+
+FORMAT = "quark"
+# quark weight dtype -> (harness weight format, harness scheme, activation dtype or None)
+_DTYPES = {"fp4": ("mxfp4", "w_mxfp4_a_mxfp4", "fp4"),
+           "fp6_e2m3": ("mxfp6_e2m3", "w_mxfp6_e2m3_a_mxfp6_e2m3", "fp6_e2m3"),
+           "fp6_e3m2": ("mxfp6_e3m2", "w_mxfp6_e3m2_a_mxfp6_e3m2", "fp6_e3m2"),
+           "fp8_e4m3": ("mxfp8_e4m3", "w_mxfp8", None)}
+
+
+def recognises(config: dict) -> bool:
+    return (config.get("quantization_config") or {}).get("quant_method") == "quark"
+
+
+def _fail(files, field, expected):
+    raise CheckpointFormatError(files.folder / "config.json", f"quantization_config.{field}", expected)
+
+
+def _check_mx(files, field, spec, dtype, dynamic):
+    from harness.moe.schemes import get_scheme
+
+    want = {"dtype": dtype, "qscheme": "per_group", "group_size": 32, "scale_format": "e8m0", "is_dynamic": dynamic,
+            "ch_axis": -1}
+    if dynamic:
+        want["scale_calculation_mode"] = get_scheme(_DTYPES[dtype][1]).scale_mode
+    for k, v in want.items():
+        if spec.get(k) != v:
+            _fail(files, f"{field}.{k}", f"{v!r} (OCP MX as the harness scheme), got {spec.get(k)!r}")
+
+
+def weight_format(files) -> str:
+    return _DTYPES[files.config["quantization_config"]["global_quant_config"]["weight"]["dtype"]][0]
+
+
+def scheme(files) -> str:
+    qc = files.config["quantization_config"]
+    g = qc.get("global_quant_config") or {}
+    w = g.get("weight") or {}
+    if w.get("dtype") not in _DTYPES:
+        _fail(files, "global_quant_config.weight.dtype", f"one of {', '.join(_DTYPES)}, got {w.get('dtype')!r}")
+    _, hscheme, adt = _DTYPES[w["dtype"]]
+    _check_mx(files, "global_quant_config.weight", w, w["dtype"], False)
+    a = g.get("input_tensors")
+    if adt is None:
+        if a:
+            _fail(files, "global_quant_config.input_tensors", f"none ({hscheme} is weight only), got {a.get('dtype')!r}")
+    else:
+        if not a:
+            _fail(files, "global_quant_config.input_tensors", f"dynamic {adt} MX activations for {hscheme}")
+        _check_mx(files, "global_quant_config.input_tensors", a, adt, True)
+    for k in ("layer_quant_config", "layer_type_quant_config"):
+        if qc.get(k):
+            _fail(files, k, "empty (one scheme for every layer)")
+    if qc.get("export", {}).get("weight_format") != "real_quantized":
+        _fail(files, "export.weight_format", "'real_quantized'")
+    return hscheme
+
+
+def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
+    wfmt = weight_format(files)
+    ids = expert_ids(files, block, experts)
+    got: dict = {}
+    for proj in ("gate", "up", "down"):
+        for e in ids:
+            s = fetch(files, block, experts, e, proj, "weight_scale", dtype=torch.uint8)
+            w = fetch(files, block, experts, e, proj, "weight")
+            got.setdefault((proj, "w"), []).append(_unpack(files, block, e, proj, w, s, wfmt))
+            got.setdefault((proj, "s"), []).append(s)
+    return {"w13_weight": cat_w13(got["gate", "w"], got["up", "w"]), "w2_weight": stack(got["down", "w"]),
+            "w13_weight_scale": cat_w13(got["gate", "s"], got["up", "s"]), "w2_weight_scale": stack(got["down", "s"])}
+
+
+def _unpack(files, block, e, proj, w, s, wfmt):
+    """Weight as the harness loader takes it: fp4 packed uint8 [N, K/2] (low
+    nibble first), other formats one code per byte [N, K]."""
+    n, k = s.shape[0], s.shape[1] * 32
+    name = f"{block}.experts.{e}.{proj} weight"
+    if wfmt == "mxfp4":
+        if w.dtype != torch.uint8 or tuple(w.shape) != (n, k // 2):
+            raise CheckpointFormatError(files.folder, name, f"uint8 [{n}, {k // 2}] packed fp4, got {w.dtype} {tuple(w.shape)}")
+        return w
+    if wfmt == "mxfp8_e4m3":
+        if w.dtype not in (torch.uint8, torch.float8_e4m3fn) or tuple(w.shape) != (n, k):
+            raise CheckpointFormatError(files.folder, name, f"float8_e4m3fn or uint8 [{n}, {k}], got {w.dtype} {tuple(w.shape)}")
+        return w
+    if w.dtype == torch.uint8 and tuple(w.shape) == (n, k * 3 // 4):
+        return unpack_fp6(w)
+    raise CheckpointFormatError(files.folder, name, f"uint8 [{n}, {k * 3 // 4}] fp6 packed 4 codes in 3 bytes, "
+                                f"got {w.dtype} {tuple(w.shape)}")
+
+
+def unpack_fp6(w: torch.Tensor) -> torch.Tensor:
+    """Quark's fp6 packing: codes v0..v3 (sign at bit 5) in bytes b0, b1, b2 as
+    b0 = v0 | (v1 & 3) << 6, b1 = v1 >> 2 | (v2 & 15) << 4, b2 = v2 >> 4 | v3 << 2
+    -> one code per byte [..., 4/3 * last]."""
+    b = w.reshape(*w.shape[:-1], -1, 3).to(torch.int32)
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    v0 = b0 & 0x3F
+    v1 = (b0 >> 6) | ((b1 & 0x0F) << 2)
+    v2 = (b1 >> 4) | ((b2 & 0x03) << 4)
+    v3 = b2 >> 2
+    return torch.stack([v0, v1, v2, v3], dim=-1).reshape(*w.shape[:-1], -1).to(torch.uint8)
+
+
+def quant_config(tensors: dict, hscheme: str):
+    from harness.moe import loaders
+
+    return loaders.load_ocp_mx(tensors, scheme=hscheme)

@@ -1,0 +1,84 @@
+"""The accuracy configs of producer checkpoints and the nightly configs' checkpoint
+sections: every producer x scheme has its config; every nightly config names the
+producer format it expects; a folder in another format FAILS the run (exit 1,
+naming both formats) and an absent one is skipped (exit 3 under
+HARNESS_REQUIRE_CHECKPOINT=1)."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+from harness.checkpoints import detect, producers, source
+from harness.lmeval import config as C
+from harness.lmeval.checkpoint_expected import config_name
+
+from .conftest import made
+
+CONFIGS = Path(__file__).resolve().parents[1] / "lm_eval" / "configs"
+NIGHTLY = sorted(CONFIGS.glob("nightly-*.yaml"))
+
+
+@pytest.mark.parametrize("producer,scheme", [(p, s) for p, r in producers.PRODUCERS.items() for s in r.schemes])
+def test_every_producer_scheme_has_its_config(producer, scheme):
+    cfg = C.load(CONFIGS / config_name(producer, scheme))
+    assert cfg.checkpoint.producer == producer and cfg.checkpoint.producer_scheme == scheme
+    assert cfg.checkpoint.format == producers.get(producer).fmt
+    assert cfg.scheme == producers.harness_scheme(producer, scheme)
+    assert cfg.kl is not None and cfg.kl.oracle
+
+
+def test_no_config_for_a_scheme_the_producer_does_not_make():
+    known = {config_name(p, s) for p, r in producers.PRODUCERS.items() for s in r.schemes}
+    assert {p.name for p in CONFIGS.glob("producer-*.yaml")} == known
+
+
+@pytest.mark.parametrize("path", NIGHTLY, ids=[p.stem for p in NIGHTLY])
+def test_nightly_configs_name_their_producer_format(path):
+    cfg = C.load(path)
+    assert cfg.checkpoint is not None and cfg.checkpoint.format in detect.FORMAT_NAMES
+    assert cfg.checkpoint.subdir and cfg.model_dir_env
+
+
+@pytest.mark.parametrize("raw,field", [
+    ({"format": "safetensors", "subdir": "x"}, "harness.checkpoint.format"),
+    ({"format": "modelopt"}, "harness.checkpoint"),
+    ({"format": "quark", "producer": "llmcompressor", "producer_scheme": "nvfp4"}, "harness.checkpoint.format"),
+    ({"format": "compressed-tensors", "producer": "llmcompressor", "producer_scheme": "mxfp4"}, "harness.scheme"),
+    ({"format": "modelopt", "subdir": "x", "sub": 1}, "harness.checkpoint.sub"),
+])
+def test_bad_checkpoint_section_names_the_field(raw, field):
+    data = {"model_name": "tiny-moe", "tasks": [{"name": "tiny_add_mc", "metrics": [{"name": "acc", "value": 0.9}]}],
+            "harness": {"scheme": "nvfp4", "model_dir_env": "X", "checkpoint": raw}}
+    with pytest.raises(C.ConfigError) as e:
+        C.parse(data, "cfg.yaml")
+    assert e.value.field == field
+
+
+def _agent(tmp_path, checkpoint_folder):
+    """$HARNESS_CHECKPOINT_DIR with the tiny model standing in for Qwen3-30B-A3B."""
+    shutil.copytree(source.model_dir(), tmp_path / "Qwen3-30B-A3B")
+    if checkpoint_folder is not None:
+        shutil.copytree(checkpoint_folder, tmp_path / "Qwen3-30B-A3B-NVFP4-llmcompressor")
+    return tmp_path
+
+
+def test_nightly_fails_on_a_checkpoint_in_another_format(tmp_path, monkeypatch, capsys):
+    root = _agent(tmp_path / "agent", made("gpt-oss", "mxfp4"))   # not compressed-tensors
+    monkeypatch.setenv("HARNESS_CHECKPOINT_DIR", str(root))
+    monkeypatch.setenv("HARNESS_REQUIRE_CHECKPOINT", "1")
+    rc = cli.main(["eval", "--config", str(CONFIGS / "nightly-qwen3-30b-a3b-nvfp4.yaml"), "--quiet",
+                   "--report-root", str(tmp_path / "reports")])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "FAILED: checkpoint:" in out and "compressed-tensors" in out and "found gpt-oss" in out
+
+
+def test_nightly_skips_an_absent_checkpoint_and_require_makes_it_exit_3(tmp_path, monkeypatch, capsys):
+    root = _agent(tmp_path / "agent", None)
+    monkeypatch.setenv("HARNESS_CHECKPOINT_DIR", str(root))
+    monkeypatch.setenv("HARNESS_REQUIRE_CHECKPOINT", "1")
+    rc = cli.main(["eval", "--config", str(CONFIGS / "nightly-qwen3-30b-a3b-nvfp4.yaml"), "--quiet",
+                   "--report-root", str(tmp_path / "reports")])
+    assert rc == 3
+    assert "no compressed-tensors checkpoint at" in capsys.readouterr().out
