@@ -6,7 +6,7 @@ their `harness.checkpoint` section.
     python -m harness.lmeval.checkpoint_expected measure --producer P --scheme S --report-root R
         (run once per kernel set: ATEN_CPU_CAPABILITY=default|avx2|avx512)
     python -m harness.lmeval.checkpoint_expected render --producer P --scheme S --from LABEL=R/<run>/lm_eval ...
-    python -m harness.lmeval.checkpoint_expected bootstrap   (every config, values null)
+    python -m harness.lmeval.checkpoint_expected bootstrap   (every missing config, values null)
 """
 from __future__ import annotations
 
@@ -94,7 +94,9 @@ def _bootstrap(args) -> int:
 
     for name, p in producers.PRODUCERS.items():
         for s in p.schemes:
-            (Path(args.out) / config_name(name, s)).write_text(render(name, s, None, "no measured runs yet"))
+            out = Path(args.out) / config_name(name, s)
+            if not out.exists():  # a rendered (measured) config is never overwritten by a blank one
+                out.write_text(render(name, s, None, "no measured runs yet"))
     return 0
 
 
