@@ -105,7 +105,8 @@ def _targets(T: int, best: float, grouped: float, read_routed, predequant) -> di
 
 def run(args) -> dict:
     from . import build_emulated_moe, calibrate_activation_scales  # noqa: PLC0415
-    from . import fused as _fused  # noqa: PLC0415
+    from harness.kernels import fused_gemm as _fused  # noqa: PLC0415
+
     from .schemes import get_scheme  # noqa: PLC0415
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -24,7 +24,7 @@ from .schemes import get_scheme
 
 class MoEBackend(enum.Enum):
     EMULATION = "unfused"  # dequantize weights, torch matmul in float32
-    TRITON_FUSED = "fused"  # Triton dequant + grouped GEMM (harness/moe/fused.py)
+    TRITON_FUSED = "fused"  # Triton dequant + grouped GEMM (harness/kernels/fused_gemm.py)
 
     @classmethod
     def parse(cls, backend) -> "MoEBackend":
@@ -123,10 +123,10 @@ def convert_to_ocp_mx_moe_kernel_format(layer, w13, w13_scale, w2, w2_scale, bac
 def _finish(qc: MoEQuantConfig, backend: MoEBackend) -> dict:
     out = {"backend": backend, "quant_config": qc, "kernel_weights": None}
     if backend is MoEBackend.TRITON_FUSED:
-        from . import fused  # noqa: PLC0415
+        from harness.kernels import fused_gemm  # noqa: PLC0415
 
-        out["kernel_weights"] = (fused.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
-                                 fused.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))
+        out["kernel_weights"] = (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
+                                 fused_gemm.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))
     return out
 
 

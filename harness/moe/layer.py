@@ -95,7 +95,7 @@ def build_emulated_moe(scheme, w13: torch.Tensor, w2: torch.Tensor, *, top_k: in
     """w13 [E, 2I, H] (gate then up), w2 [E, H, I], float -> FusedMoE.
     scheme "bf16": no quantization (weights kept as given, computed in float32).
     backend "unfused" (dequantize, torch.matmul in float32) or "fused" (Triton,
-    harness/moe/fused.py: fused_precision auto|ieee|bf16, fused_mode
+    harness/kernels/fused_gemm.py: fused_precision auto|ieee|bf16, fused_mode
     auto|fused|predequant); op_backend (auto|triton|torch) routes the QDQ and
     weight-dequant ops of the unfused path."""
     s = get_scheme(scheme)

@@ -236,7 +236,7 @@ def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_pre
 def fused_c_prec(moe, device) -> float:
     """c_prec of the fused experts' resolved GEMM precision (harness/moe/fused.py
     contract (2)): 0 for "ieee" (always on CPU), 2^-7 for lossy bf16 operands."""
-    from harness.moe import fused
+    from harness.kernels import fused_gemm as fused
 
     ex = moe.experts
     return fused.c_prec(ex.scheme, fused.resolve_precision(ex.fused_precision, ex.scheme, device))
@@ -825,7 +825,7 @@ def check_fused_large_offsets(device="cpu", scheme_name="w_mxfp8", E=3, N=32, K=
     only: pages that are never written are never committed), so expert 2
     starts beyond 2^31: int32 offset arithmetic wraps there. Rows routed to the
     last expert must equal x @ dequant(W[e]).T (float32 GEMM bound)."""
-    from harness.moe import fused
+    from harness.kernels import fused_gemm as fused
 
     scheme = ref.resolve_scheme(scheme_name)
     g = torch.Generator().manual_seed(0)

@@ -24,11 +24,11 @@ _INJECT = textwrap.dedent('''
     import importlib.util, inspect, os, sys, tempfile, textwrap
     import torch
     torch.set_num_threads(1)
-    from harness.moe import fused
+    from harness.kernels import fused_gemm as fused
     from suites.properties import moe_checks as mc
     src = textwrap.dedent(inspect.getsource(fused._moe_gemm_kernel))
     assert src.count("tl.int64") >= 3
-    bug = ("from harness.moe.fused import *\\nimport triton\\nimport triton.language as tl\\n"
+    bug = ("from harness.kernels.fused_gemm import *\\nimport triton\\nimport triton.language as tl\\n"
            + src.replace("tl.int64", "tl.int32"))
     path = os.path.join(tempfile.mkdtemp(), "int32_offsets_kernel.py")
     open(path, "w").write(bug)
