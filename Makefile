@@ -25,6 +25,7 @@ run: $(STAMP)
 	$(BIN)/moe-harness run
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 clean:

@@ -1,5 +1,5 @@
-"""Test-suite wiring: hypothesis profiles, hardware markers, device fixtures and
-the deterministic Buildkite shard split.
+"""Test-suite wiring: hypothesis profiles, hardware markers (registered in
+pyproject.toml), device fixtures and the deterministic Buildkite shard split.
 
 Profiles (choose with --hypothesis-profile NAME or HARNESS_PROFILE=NAME):
     dev      default: quick local runs
@@ -64,14 +64,6 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(1)
-    for line in (
-        "gpu: needs a CUDA or ROCm GPU (skipped cleanly without one)",
-        "cuda: needs an NVIDIA CUDA GPU",
-        "rocm(arch=None): needs a ROCm GPU, optionally of the given gfx arch (e.g. gfx942)",
-        "slow: slow test",
-        "nightly: runs only with the nightly hypothesis profile",
-    ):
-        config.addinivalue_line("markers", line)
 
 
 def pytest_report_header(config):

@@ -41,6 +41,8 @@ from harness import interrupt, noise, report
 from harness.formats import checks as format_checks
 
 SECTIONS = ("formats", "kernels", "moe", "lmeval")
+# pyproject extra a section's third-party imports come from (the others need only the core dependencies)
+SECTION_EXTRAS = {"lmeval": "lmeval"}
 
 
 def add_arguments(parser):
@@ -211,11 +213,11 @@ def _run_section(section, runner, ctx, emit, meta, say):
 
     try:
         runner(ctx, counted)
-    except ModuleNotFoundError as e:
-        # A section whose package is not built yet is reported, never hidden.
-        counted({"name": f"{section}: not available", "passed": False, "message": f"{type(e).__name__}: {e}"})
     except Exception as e:  # one broken section must not lose the others' results
-        counted({"name": f"{section}: crashed", "passed": False, "message": f"{type(e).__name__}: {e}",
+        message = f"{type(e).__name__}: {e}"
+        if isinstance(e, ModuleNotFoundError) and section in SECTION_EXTRAS:
+            message += f" (install it: pip install -e '.[{SECTION_EXTRAS[section]}]')"
+        counted({"name": f"{section}: crashed", "passed": False, "message": message,
                  "details": {"traceback": traceback.format_exc()[-4000:]}})
     seconds = round(time.perf_counter() - t0, 2)
     meta.setdefault("section_seconds", {})[section] = seconds

@@ -219,7 +219,6 @@ def run_cell(impl: Implementation, cell: Cell, x: torch.Tensor, labels: list, de
     spec = hf.get_format(cell.fmt)
     B = spec.block_size
     xb_all = x.reshape(-1, B)
-    rows_used = x.shape[0]
     sampled = False
     if x.numel() > impl.max_elements:
         keep = max(1, impl.max_elements // x.shape[1])
@@ -228,7 +227,7 @@ def run_cell(impl: Implementation, cell: Cell, x: torch.Tensor, labels: list, de
         labels = [labels[r * per_row + j] for r in rows for j in range(per_row)]
         x = x[rows]
         xb_all = x.reshape(-1, B)
-        rows_used, sampled = keep, True
+        sampled = True
     out = {"implementation": impl.name, "version": impl.version, "format": cell.fmt, "scale_mode": cell.mode,
            "rounding": cell.rounding, "dtype": str(cell.dtype).replace("torch.", ""), "global_scale": cell.gs,
            "blocks": xb_all.shape[0], "sampled": sampled, "stages": {}}

@@ -27,7 +27,7 @@ from fractions import Fraction
 import torch
 
 import harness.formats as hf
-from harness.formats.spec import E4M3, E8M0_BIAS, E8M0_MAX_BYTE, E8M0_NAN, ElementSpec
+from harness.formats.spec import E8M0_BIAS, E8M0_MAX_BYTE, E8M0_NAN, ElementSpec
 
 NAN = float("nan")
 
@@ -169,21 +169,24 @@ def _exact(v):
 def nvfp4_block(xs, spec, rounding: str, gs: float, dtype, real: bool = False) -> dict:
     """The NVFP4 convention's float32 steps, each rounded exactly once; with
     real=True the same formula in real arithmetic (no intermediate rounding:
-    s = e4m3(gs * amax / 6), elements x * gs / s), for the second opinion."""
+    s = e4m3(gs * amax / 6), elements x * gs / s), for the second opinion.
+    Every constant is the row's (any two-level row: its element max, scale
+    element and scale max)."""
     f32 = _exact if real else globals()["f32"]
-    el = spec.element
-    sign_only = [el.sign_bit if is_negative(v) else 0 for v in xs]
+    el, sc = spec.element, spec.scale
+    sign_only = [el.neg_zero_code if is_negative(v) else 0 for v in xs]
     if any(math.isnan(v) for v in xs):
-        s_code = E4M3.nan_code
+        s_code = sc.nan_code
         return {"scales": [s_code], "codes": sign_only, "qdq": nvfp4_dequantize(sign_only, [s_code], spec, gs, dtype)}
     G = Fraction(gs)
     if any(math.isinf(v) for v in xs):
-        s_f = hf.spec.NVFP4_SCALE_MAX
+        s_f = spec.scale_max
     else:
         amax = max(abs(Fraction(v)) for v in xs)
-        s_f = min(f32(G * Fraction(f32(amax * Fraction(f32(Fraction(1, 6)))))), Fraction(hf.spec.NVFP4_SCALE_MAX))
-    s_code = round_element(E4M3, Fraction(s_f), False, "rne")
-    s = element_value(E4M3, s_code)
+        inv = Fraction(1) / Fraction(spec.elem_max)
+        s_f = min(f32(G * Fraction(f32(amax * Fraction(f32(inv))))), Fraction(spec.scale_max))
+    s_code = round_element(sc, Fraction(s_f), False, "rne")
+    s = element_value(sc, s_code)
     if s == 0:
         codes = sign_only
     else:
@@ -198,7 +201,7 @@ def nvfp4_block(xs, spec, rounding: str, gs: float, dtype, real: bool = False) -
 
 def nvfp4_dequantize(codes, scale_codes, spec, gs: float, dtype, real: bool = False) -> list:
     f32 = _exact if real else globals()["f32"]
-    s = element_value(E4M3, scale_codes[0])
+    s = element_value(spec.scale, scale_codes[0])
     if isinstance(s, float):  # NaN scale
         return [NAN] * len(codes)
     m = Fraction(f32(s / Fraction(gs)))

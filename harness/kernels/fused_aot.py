@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import torch
 
+<<<<<<< HEAD:harness/kernels/fused_aot.py
 from harness.formats import FLOAT_DTYPES, FORMAT_NAMES
+=======
+from harness.formats import FLOAT_DTYPES, get_format
+from harness.kernels.launch_aot import ptr
+from harness.kernels.registry import Variant, register, bind
+>>>>>>> main:harness/moe/fused_aot.py
 
 from . import fused_act, fused_gemm
 from .launch_aot import ptr
@@ -50,7 +56,7 @@ def gemm_variants(backend: str):
             for even in (True, False):
                 tail = "even" if even else "masked"
                 for fmt in weight_formats():
-                    post = bf16 and fmt == "nvfp4"  # post_bf16: 1/(gs_w * gs_a) after the dot
+                    post = bf16 and get_format(fmt).has_global_scale  # post_bf16: 1/(gs_w * gs_a) after the dot
                     # mode "fused": codes decoded in the K loop
                     meta = fused_gemm.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
                                            config={"EVEN_NK": even}, rocm=rocm)

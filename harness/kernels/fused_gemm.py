@@ -60,7 +60,6 @@ CPU tensors run the Triton interpreter: keep those shapes tiny.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -69,8 +68,9 @@ import triton
 import triton.language as tl
 
 import harness.formats as hf
+from harness.formats.spec import U32
 
-U = 2.0 ** -24
+U = U32
 PRECISIONS = ("auto", "ieee", "bf16")
 
 
@@ -218,13 +218,13 @@ class FusedWeights:
             mult_bf16, post = mult, None
         else:
             if gscale is None:
-                raise ValueError("nvfp4 fused weights need the per-expert global scale")
+                raise ValueError(f"{spec.name} fused weights need the per-expert global scale")
             gs = gscale.to(device=q.codes.device, dtype=torch.float32).reshape(-1)
-            qq = hf.QuantizedTensor(q.codes, q.scales, gs.reshape(-1, 1), "nvfp4")
+            qq = hf.QuantizedTensor(q.codes, q.scales, gs.reshape(-1, 1), spec.name)
             mult = hf.block_scale_values(qq).contiguous()  # fl32(s / gs[e])
             from harness.formats import scales as _scales  # noqa: PLC0415
 
-            mult_bf16 = _scales.e4m3_decode(q.scales).contiguous()  # s
+            mult_bf16 = _scales.block_scale_decode(spec, q.scales).contiguous()  # s
             post = (1.0 / gs).contiguous()
         data = hf.pack_fp4(q.codes) if spec.is_fp4 else q.codes.contiguous()
         return cls(1, data.contiguous(), mult, mult_bf16, post, spec.name, E, N, K)
@@ -250,7 +250,7 @@ def resolve_precision(precision: str, scheme, device=None) -> str:
     if device is None or torch.device(device).type != "cuda":
         return "ieee"
     # bf16 where the operands are exact in bf16 (MX x MX) or rescaled exactly (nvfp4)
-    return "bf16" if scheme.is_nvfp4 or (scheme.act_fmt not in (None, "fp8")) else "ieee"
+    return "bf16" if scheme.two_level or (scheme.act_fmt not in (None, "fp8")) else "ieee"
 
 
 BLOCK_MS = (16, 32, 64, 128)  # BLOCK_M by rows per expert (the last one for anything above)
@@ -309,6 +309,9 @@ def _fmt_constexprs(kind: int, fmt: Optional[str]) -> dict:
         return dict(PACKED=False, WIDTH=8, EBITS=4, MBITS=3, BIAS=7, IS_FN=False, QBLOCK=32)
     spec = hf.get_format(fmt)
     el = spec.element
+    if el.is_int:
+        raise ValueError(f"{spec.name}: integer elements are not implemented in the fused MoE GEMM "
+                         "(use backend='unfused')")
     return dict(PACKED=spec.is_fp4, WIDTH=el.width, EBITS=el.ebits, MBITS=el.mbits, BIAS=el.bias,
                 IS_FN=el.specials == "fn", QBLOCK=spec.block_size)
 
@@ -527,7 +530,7 @@ def c_prec(scheme, precision: str) -> float:
     """The c_prec term of contract (2) for a scheme and a resolved precision."""
     if precision == "ieee":
         return 0.0
-    exact = scheme.act_fmt is not None and scheme.act_fmt != "fp8" and not scheme.is_nvfp4
+    exact = scheme.act_fmt is not None and scheme.act_fmt != "fp8" and not scheme.two_level
     return 0.0 if exact else 2.0 ** -7
 
 

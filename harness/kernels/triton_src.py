@@ -17,6 +17,7 @@ global offset is int64 (program id widened before it is multiplied).
 import triton
 import triton.language as tl
 
+from harness.formats import spec as _spec
 from harness.formats.spec import E8M0_BIAS, E8M0_MAX_BYTE, E8M0_NAN
 
 # float32 layout and the E8M0 codec (fixed by IEEE 754 and the OCP MX spec).
@@ -32,6 +33,11 @@ F32_MIN_SUB_E8M0: tl.constexpr = tl.constexpr(0x400000)  # 2^-127, a float32 sub
 SC_BIAS: tl.constexpr = tl.constexpr(E8M0_BIAS)
 SC_MAX: tl.constexpr = tl.constexpr(E8M0_MAX_BYTE)
 SC_NAN: tl.constexpr = tl.constexpr(E8M0_NAN)
+# MX scale-mode codes, named in harness.formats.spec (the SCALE_MODE constexpr).
+SCALE_FLOOR: tl.constexpr = tl.constexpr(_spec.SCALE_FLOOR)
+SCALE_CEIL: tl.constexpr = tl.constexpr(_spec.SCALE_CEIL)
+SCALE_EVEN: tl.constexpr = tl.constexpr(_spec.SCALE_EVEN)
+SCALE_RCEIL: tl.constexpr = tl.constexpr(_spec.SCALE_RCEIL)
 
 
 # ---------------------------------------------------------------- element codec
@@ -94,14 +100,16 @@ def _mx_scale_byte(amax_bits, SCALE_MODE: tl.constexpr, EMAX: tl.constexpr, EVEN
     """E8M0 byte per block from the float32 bits of its amax (int32 >= 0; NaN
     patterns are above Inf's, so an integer max is NaN-aware)."""
     e = amax_bits >> F32_MANT
-    if SCALE_MODE == 0:  # floor
+    if SCALE_MODE == SCALE_FLOOR:
         shared = e - F32_BIAS - EMAX
-    elif SCALE_MODE == 1:  # ceil
+    elif SCALE_MODE == SCALE_CEIL:
         shared = e - F32_BIAS - EMAX + ((amax_bits & F32_FRAC_MASK) != 0).to(tl.int32)
-    elif SCALE_MODE == 2:  # even (Quark): round amax to the element mantissa first
+    elif SCALE_MODE == SCALE_EVEN:  # Quark: round amax to the element mantissa first
         shared = ((amax_bits + EVEN_ADD) >> F32_MANT) - F32_BIAS - EMAX
-    else:  # rceil: smallest n with amax <= max_normal * 2^n
+    elif SCALE_MODE == SCALE_RCEIL:  # smallest n with amax <= max_normal * 2^n
         shared = e - F32_BIAS - RCEIL_EXP + ((amax_bits & F32_FRAC_MASK) > RCEIL_MANT).to(tl.int32)
+    else:
+        tl.static_assert(False, "unknown SCALE_MODE code (harness.formats.spec.SCALE_MODE_CODES)")
     byte = tl.minimum(tl.maximum(shared + SC_BIAS, 0), SC_MAX)
     byte = tl.where(amax_bits == 0, 0, byte)
     byte = tl.where(amax_bits >= F32_INF, SC_NAN, byte)
@@ -138,7 +146,7 @@ def _amax_bits(x):
 def _block_scale(amax_bits, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, EMAX: tl.constexpr,
                  EVEN_ADD: tl.constexpr, RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr,
                  S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr,
-                 S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
+                 S_CLAMP_BITS: tl.constexpr, INV_ELEM_MAX: tl.constexpr):
     """Per block: (scale code, encode multiplier, dequantize multiplier, dead).
     dead: a NaN-scaled MX block, or an nvfp4 block with a zero or NaN scale."""
     if IS_MX:
@@ -148,8 +156,8 @@ def _block_scale(amax_bits, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, E
         dead = scale_code == SC_NAN
     else:
         nan_blk = amax_bits > F32_INF
-        # Operation order of the reference: gs * (amax * fl(1/6)), then clamp.
-        sf = gs * (amax_bits.to(tl.float32, bitcast=True) * ONE_SIXTH)
+        # Operation order of the reference: gs * (amax * fl(1/elem_max)), then clamp.
+        sf = gs * (amax_bits.to(tl.float32, bitcast=True) * INV_ELEM_MAX)
         sfb = tl.minimum(sf.to(tl.int32, bitcast=True), S_CLAMP_BITS)
         s, s_mag = _round_to_grid(sfb, S_MBITS, S_EMIN_FIELD, False)
         # (NaN built from bits: a NaN-valued global would fail triton's
@@ -188,7 +196,7 @@ def _quantize_tile(x, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, ROUND_A
                    SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr,
                    NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr,
                    S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr,
-                   S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
+                   S_CLAMP_BITS: tl.constexpr, INV_ELEM_MAX: tl.constexpr):
     """Quantize a float32 tile [BPP, BLOCK] block by block.
 
     Returns (signed element values float32 [BPP, BLOCK], element codes int32,
@@ -196,7 +204,7 @@ def _quantize_tile(x, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, ROUND_A
     reference's dequantized value is values * multiplier."""
     scale_code, enc, mult, dead = _block_scale(
         _amax_bits(x), gs, IS_MX, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD,
-        S_NAN_CODE, S_CLAMP_BITS, ONE_SIXTH)
+        S_NAN_CODE, S_CLAMP_BITS, INV_ELEM_MAX)
     values, codes = _encode(x, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
     return values, codes, scale_code, mult
 
@@ -270,7 +278,7 @@ def qdq_kernel(x_ptr, y_ptr, gs_ptr, n_blocks, blocks_per_gs,
                SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr,
                NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr,
                S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr,
-               S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
+               S_CLAMP_BITS: tl.constexpr, INV_ELEM_MAX: tl.constexpr):
     """y = dequantize(quantize(x)) for x, y flat [n_blocks * BLOCK]."""
     blk0, rows = _block_ids(tl.program_id(0), BPP)
     offs = rows[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
@@ -284,7 +292,7 @@ def qdq_kernel(x_ptr, y_ptr, gs_ptr, n_blocks, blocks_per_gs,
     values, _codes, _scodes, mult = _quantize_tile(
         _to_f32(x, BF16_BY_BITS), gs, IS_MX, SCALE_MODE, ROUND_AWAY, EMAX, EVEN_ADD, MBITS, WIDTH, SIGN_BIT,
         EMIN_FIELD, MAXN_BITS, NAN_CODE, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE,
-        S_CLAMP_BITS, ONE_SIXTH)
+        S_CLAMP_BITS, INV_ELEM_MAX)
     y = _to_output(values * mult[:, None], y_ptr, BF16_BY_BITS)
     if EVEN:
         tl.store(y_ptr + base + offs, y)
@@ -326,7 +334,7 @@ def quantize_kernel(x_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
                     WIDTH: tl.constexpr, SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr,
                     MAXN_BITS: tl.constexpr, NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr,
                     RCEIL_MANT: tl.constexpr, S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr,
-                    S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr,
+                    S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr, INV_ELEM_MAX: tl.constexpr,
                     TPP: tl.constexpr = 1):
     """One code per byte (the element's own bit layout) and one scale byte per block."""
     rows = tl.arange(0, BPP)
@@ -342,7 +350,7 @@ def quantize_kernel(x_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
         _values, codes, scodes, _mult = _quantize_tile(
             _to_f32(x, BF16_BY_BITS), gs, IS_MX, SCALE_MODE, ROUND_AWAY, EMAX, EVEN_ADD, MBITS, WIDTH, SIGN_BIT,
             EMIN_FIELD, MAXN_BITS, NAN_CODE, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE,
-            S_CLAMP_BITS, ONE_SIXTH)
+            S_CLAMP_BITS, INV_ELEM_MAX)
         _store_tile(c_ptr, s_ptr, blk0, offs, rows, rmask, codes, scodes, BLOCK, EVEN)
         if t + 1 < TPP:
             x = x_next
@@ -357,7 +365,7 @@ def quantize_packed_kernel(w_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
                            EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr, NAN_CODE: tl.constexpr,
                            RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr, S_MBITS: tl.constexpr,
                            S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr,
-                           ONE_SIXTH: tl.constexpr, TPP: tl.constexpr = 1):
+                           INV_ELEM_MAX: tl.constexpr, TPP: tl.constexpr = 1):
     """fp4 codes packed two per byte, element 2i in the low nibble. The input
     is read as words of two elements (w_ptr: x viewed as int32/int64), so the
     even and odd elements arrive de-interleaved with no shuffle."""
@@ -378,7 +386,7 @@ def quantize_packed_kernel(w_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
                                     hi.to(tl.int32, bitcast=True) & F32_ABS_MASK), 1, tl.standard._elementwise_max)
         scodes, enc, _mult, dead = _block_scale(
             amax, gs, IS_MX, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP,
-            RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE, S_CLAMP_BITS, ONE_SIXTH)
+            RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE, S_CLAMP_BITS, INV_ELEM_MAX)
         _v, c_lo = _encode(lo, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
         _v, c_hi = _encode(hi, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
         _store_tile(c_ptr, s_ptr, blk0, offs, rows, rmask, c_lo | (c_hi << 4), scodes, HALF, EVEN)

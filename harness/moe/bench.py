@@ -161,6 +161,7 @@ def run(args) -> dict:
                     moe.experts.fused_mode = mode
                     timed[mode] = _timed_moe(moe, x, lg, args, device)
                 moe.experts.fused_mode = "auto"
+<<<<<<< HEAD
                 for mode, r in timed.items():
                     best = _best(r)
                     pre = _best(timed["predequant"]) if "predequant" in timed else None
@@ -174,9 +175,12 @@ def run(args) -> dict:
                         **(_targets(T, best, base[T], read_routed, pre) if mode == auto else {}),
                     })
             del moe
+=======
+            moe = None  # free the GPU memory before empty_cache
+>>>>>>> main
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        del w13, w2, inputs
+        w13 = w2 = inputs = None  # free the GPU memory before the next shape
     import triton  # noqa: PLC0415
 
     return {

@@ -121,7 +121,7 @@ class ExpertsBase(torch.nn.Module):
             from harness.kernels import fused_gemm  # noqa: PLC0415
 
             a_gscale = None
-            if self.scheme.is_nvfp4:
+            if self.scheme.two_level:
                 a_gscale = self.a1_input_scale() if which == 0 else self.a2_input_scale()
             return fused_gemm.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
                                        a_gscale=a_gscale, mode=self.fused_mode, layout=layout)
@@ -170,8 +170,9 @@ class NvFp4EmulationExperts(ExpertsBase):
     expects_unquantized_inputs = True
 
     def __init__(self, quant_config, **kw):
-        if not quant_config.scheme.is_nvfp4:
-            raise ValueError(f"NvFp4EmulationExperts needs the nvfp4 scheme, got {quant_config.scheme.name}")
+        if not quant_config.scheme.two_level:
+            raise ValueError(f"NvFp4EmulationExperts needs a two-level (nvfp4-style) scheme, got "
+                             f"{quant_config.scheme.name}")
         super().__init__(quant_config, **kw)
 
     def apply(self, hidden, topk_weights, topk_ids, *, activation="silu"):
@@ -186,7 +187,7 @@ class OcpMxEmulationExperts(ExpertsBase):
 
     def __init__(self, quant_config, **kw):
         s = quant_config.scheme
-        if s.is_nvfp4 or s.weight_only:
+        if s.two_level or s.weight_only:
             raise ValueError(f"OcpMxEmulationExperts needs an OCP MX w+a scheme, got {s.name}")
         super().__init__(quant_config, **kw)
 
@@ -233,7 +234,7 @@ class UnquantizedExperts(ExpertsBase):
 
 def make_experts(quant_config: MoEQuantConfig, backend: str = "unfused", **kw) -> ExpertsBase:
     s = quant_config.scheme
-    if s.is_nvfp4:
+    if s.two_level:
         cls = NvFp4EmulationExperts
     elif s.weight_only:
         cls = Mxfp8WeightOnlyExperts

@@ -1,4 +1,4 @@
-"""`moe-harness pipeline validate | run | junit-annotate`."""
+"""`moe-harness pipeline validate | run | junit-annotate | generate`."""
 
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a.add_argument("patterns", nargs="+", metavar="GLOB")
     a.add_argument("--context", default="junit")
 
+    g = sub.add_parser("generate", help="write buildkite/nightly.yml from the scheme table (--check: compare only)")
+    g.add_argument("--root", default=".", help="checkout holding buildkite/ and suites/ (default: .)")
+    g.add_argument("--check", action="store_true", help="exit 1 if the committed file differs; write nothing")
+
 
 def main(args) -> int:
     if args.pipeline_command == "validate":
@@ -55,7 +59,30 @@ def main(args) -> int:
         from .junit_annotate import annotate
 
         return annotate(args.patterns, context=args.context)
+    if args.pipeline_command == "generate":
+        return generate(Path(args.root), check=args.check)
     raise AssertionError(args.pipeline_command)
+
+
+def generate(root: Path, check: bool = False) -> int:
+    """Write (or with check, compare) buildkite/nightly.yml."""
+    from harness.moe.schemes import SCHEME_NAMES  # noqa: PLC0415  (the one scheme table; wiring, not a step)
+
+    from . import nightly
+
+    text = nightly.render(SCHEME_NAMES, nightly.checkpoint_configs(root))
+    path = root / nightly.NIGHTLY_PATH
+    if check:
+        current = path.read_text() if path.is_file() else None
+        if current != text:
+            print(f"{nightly.NIGHTLY_PATH}: differs from the generated pipeline; run `moe-harness pipeline generate`",
+                  file=sys.stderr)
+            return 1
+        print(f"{nightly.NIGHTLY_PATH}: up to date")
+        return 0
+    path.write_text(text)
+    print(f"wrote {nightly.NIGHTLY_PATH}")
+    return 0
 
 
 def checkout_of(path) -> Path:

@@ -2,7 +2,6 @@
 
 import json
 import random
-from pathlib import Path
 
 from harness.lmeval import corpus, tasks, tiny_model
 from harness.lmeval import tokenizer as tok
@@ -71,5 +70,5 @@ def test_training_is_deterministic(tmp_path):
     b = train(tmp_path / "b", steps=6, batch=4, seq_len=32, quiet=True)
     assert a["final_loss"] == b["final_loss"]
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
-    c = train(tmp_path / "c", seed=1, steps=6, batch=4, seq_len=32, quiet=True)
+    train(tmp_path / "c", seed=1, steps=6, batch=4, seq_len=32, quiet=True)
     assert (tmp_path / "c" / "model.safetensors").read_bytes() != (tmp_path / "a" / "model.safetensors").read_bytes()

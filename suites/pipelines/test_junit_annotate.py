@@ -1,7 +1,6 @@
 """junit-annotate: JUnit files from a build become one annotation, failures first, shrunk examples shown."""
 
 import json
-import os
 
 from harness import report
 from harness.pipelines import junit_annotate

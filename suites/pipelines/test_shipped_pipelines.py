@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.moe.schemes import SCHEME_NAMES
 from harness.pipelines import graph, lints, model, schema
 from harness.pipelines.targets import target_of
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = ["buildkite/pipeline.yml", "buildkite/nightly.yml"]
-SCHEMES = ["bf16", "nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp4_a_mxfp6_e3m2", "w_mxfp4_a_mxfp6_e2m3", "w_mxfp4_a_fp8",
-           "w_mxfp6_e3m2_a_mxfp6_e3m2", "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp8"]
+SCHEMES = ["bf16", *SCHEME_NAMES]
 
 
 def load(name):

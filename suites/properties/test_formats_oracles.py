@@ -11,7 +11,7 @@ import harness.formats as hf
 import harness.strategies as hs
 
 from . import oracles
-from ._util import assert_bitwise_equal
+from suites.checks.bitwise import assert_bitwise_equal
 
 torchao = pytest.importorskip("torchao", reason="torchao is a test dependency (pyproject [test])")
 

@@ -9,14 +9,16 @@ import harness.strategies as hs
 from harness.formats.bounds import check_qdq_bound
 from harness.formats.scales import e4m3_decode
 
-from ._util import assert_bitwise_equal
+from suites.checks.bitwise import assert_bitwise_equal
 
 MX = hf.MX_FORMAT_NAMES
 
 
 def _opts(fmt, mode, rounding, gs):
-    return dict(scale_mode=mode if hf.FORMATS[fmt].is_mx else "floor", rounding=rounding,
-                global_scale=None if hf.FORMATS[fmt].is_mx else gs)
+    """The drawn options that apply to the row (FormatSpec.scale_modes / has_global_scale)."""
+    spec = hf.FORMATS[fmt]
+    return dict(scale_mode=mode if mode in spec.scale_modes else spec.scale_modes[0], rounding=rounding,
+                global_scale=gs if spec.has_global_scale else None)
 
 
 @pytest.mark.parametrize("fmt", MX)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import harness.formats as hf
 import harness.kernels as hk
 import harness.strategies as hs
-from suites.properties._util import assert_bitwise_equal
+from suites.checks.bitwise import assert_bitwise_equal
 
 FMTS = hf.FORMAT_NAMES
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -409,8 +409,8 @@ def test_without_value_reads_reference_and_kernels_give_the_same_bits(monkeypatc
 def test_value_checks_read_no_device_tensor():
     """Capture safety: the shared checks read no value of a non-CPU tensor
     (meta stands in for CUDA here: reading one would raise) and do no host
-    work at all (moe_checks.no_host_work raises on any tensor read)."""
-    from suites.properties.moe_checks import HostWorkInForward, no_host_work
+    work at all (suites/checks/host_work.no_host_work raises on any tensor read)."""
+    from suites.checks.host_work import HostWorkInForward, no_host_work
 
     q = hf.quantize(torch.randn(2, 32), "nvfp4", global_scale=10.0)
     meta = torch.device("meta")

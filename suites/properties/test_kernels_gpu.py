@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import harness.formats as hf
 import harness.kernels as hk
 import harness.strategies as hs
-from suites.properties._util import assert_bitwise_equal
+from suites.checks.bitwise import assert_bitwise_equal
 from suites.properties.test_kernels import DTYPES, FMTS, _corner_tensor, _options, check_all_kernels
 
 pytestmark = pytest.mark.gpu

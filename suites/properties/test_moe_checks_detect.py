@@ -14,14 +14,15 @@ import harness.moe.experts as ex
 import harness.kernels.fused_gemm as fused
 import harness.moe.ops as ops
 import harness.moe.routing as routing
-from suites.properties import moe_checks as mc
+from harness.moe import reference as ref
+from suites.checks import problem as pb
+from suites.checks.device import check_buffers_follow_weights
+from suites.checks.equivariance import check_expert_equivariance, check_token_equivariance
+from suites.checks.oracle import check_fused_matches_unfused, check_matches_reference
 from harness.strategies import MoEProblem
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with mc.single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _p(scheme="w_mxfp4_a_mxfp4", **kw):
@@ -48,14 +49,14 @@ def test_reference_check_catches_highest_index_tie_break(monkeypatch):
 
     _patch_route(monkeypatch, highest_index_wins)
     with pytest.raises(AssertionError, match="routing differs"):
-        mc.check_matches_reference(_p(logits="ties"))
+        check_matches_reference(_p(logits="ties"))
 
 
 def test_reference_check_catches_ignored_renormalize(monkeypatch):
     orig = routing.route
     _patch_route(monkeypatch, lambda logits, top_k, **kw: orig(logits, top_k, **{**kw, "renormalize": False}))
     with pytest.raises(AssertionError):
-        mc.check_matches_reference(_p(renormalize=True, logits="grid", top_k=3))
+        check_matches_reference(_p(renormalize=True, logits="grid", top_k=3))
 
 
 @pytest.mark.parametrize("scheme", ("nvfp4", "w_mxfp4_a_mxfp6_e2m3", "w_mxfp8"))
@@ -66,7 +67,7 @@ def test_reference_check_catches_a_0_1_percent_activation_error(scheme, monkeypa
     # a few thousand a2 elements (T=64, I=64: 8192); at T=12, I=32 it does not.
     monkeypatch.setitem(acts.ACTIVATIONS, "swiglu_clamp", lambda h: acts.swiglu_clamp(h, alpha=1.7))
     with pytest.raises(AssertionError, match="outside tolerance"):
-        mc.check_matches_reference(_p(scheme, activation="swiglu_clamp", T=64, I=64))
+        check_matches_reference(_p(scheme, activation="swiglu_clamp", T=64, I=64))
 
 
 def test_reference_check_catches_gate_up_swap(monkeypatch):
@@ -76,7 +77,7 @@ def test_reference_check_catches_gate_up_swap(monkeypatch):
 
     monkeypatch.setitem(acts.ACTIVATIONS, "silu", swapped)
     with pytest.raises(AssertionError, match="outside tolerance"):
-        mc.check_matches_reference(_p())
+        check_matches_reference(_p())
 
 
 def test_token_equivariance_catches_position_dependent_scale(monkeypatch):
@@ -90,7 +91,7 @@ def test_token_equivariance_catches_position_dependent_scale(monkeypatch):
 
     monkeypatch.setattr(ops, "e4m3_qdq_per_tensor", first_row_scale)
     with pytest.raises(AssertionError, match="token permutation"):
-        mc.check_token_equivariance(_p("w_mxfp4_a_fp8", act_scale=0.0, T=16, token_spread=12), seed=1)
+        check_token_equivariance(_p("w_mxfp4_a_fp8", act_scale=0.0, T=16, token_spread=12), seed=1)
 
 
 def test_expert_equivariance_catches_expert_0_scale_for_all(monkeypatch):
@@ -101,7 +102,7 @@ def test_expert_equivariance_catches_expert_0_scale_for_all(monkeypatch):
 
     monkeypatch.setattr(ops, "dequantize_expert_weights", expert0_scale)
     with pytest.raises(AssertionError, match="expert relabelling"):
-        mc.check_expert_equivariance(_p("nvfp4", logits="distinct", spread=6, E=5, T=16), seed=3)
+        check_expert_equivariance(_p("nvfp4", logits="distinct", spread=6, E=5, T=16), seed=3)
 
 
 def test_fused_contract_catches_a_small_gemm_error(monkeypatch):
@@ -113,7 +114,7 @@ def test_fused_contract_catches_a_small_gemm_error(monkeypatch):
 
     monkeypatch.setattr(fused, "moe_gemm", off)
     with pytest.raises(AssertionError, match="outside tolerance"):
-        mc.check_fused_matches_unfused(_p(E=3, T=6, H=32, I=32))
+        check_fused_matches_unfused(_p(E=3, T=6, H=32, I=32))
 
 
 def test_placement_check_catches_a_buffer_on_another_device(monkeypatch):
@@ -124,18 +125,18 @@ def test_placement_check_catches_a_buffer_on_another_device(monkeypatch):
         self.register_buffer("lut", torch.zeros(16, device="meta"))
 
     monkeypatch.setattr(ex.ExpertsBase, "__init__", init_with_stray_buffer)
-    _, _, _, moe = mc.setup(_p())
+    _, _, _, moe = pb.setup(_p())
     with pytest.raises(AssertionError, match="device"):
-        mc.check_buffers_follow_weights(moe)
+        check_buffers_follow_weights(moe)
 
 
 def test_checkpoint_check_is_not_vacuous():
     # The truth and the loaded config really are compared: a perturbed truth fails.
     p = _p("nvfp4")
     t = p.tensors()
-    truth = mc.truth_of(p, t)
+    truth = pb.truth_of(p, t)
     bad = dataclasses.replace(truth, w13_gscale=truth.w13_gscale * 1.001)
-    cfg_bad = mc.load_config(p, t, bad)
-    want = mc.ref.dequant_weight(truth.w13_q, truth.w13_gscale, "nvfp4", "w13")
-    got = mc.ref.dequant_weight(cfg_bad.w13_q, cfg_bad.w13_gscale, "nvfp4", "w13")
-    assert not bool(((got - want).abs() <= 4 * mc.U * want.abs()).all())
+    cfg_bad = pb.load_config(p, t, bad)
+    want = ref.dequant_weight(truth.w13_q, truth.w13_gscale, "nvfp4", "w13")
+    got = ref.dequant_weight(cfg_bad.w13_q, cfg_bad.w13_gscale, "nvfp4", "w13")
+    assert not bool(((got - want).abs() <= 4 * pb.U * want.abs()).all())

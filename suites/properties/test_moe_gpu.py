@@ -25,7 +25,10 @@ import pytest
 import torch
 
 from harness.moe.schemes import SCHEME_NAMES
-from suites.properties import moe_checks as mc
+from suites.checks import problem as pb
+from suites.checks.device import check_buffers_follow_weights, check_conversion_every_backend, check_create_weights_every_scheme
+from suites.checks.offsets import check_fused_large_offsets
+from suites.checks.oracle import check_matches_reference, fused_c_prec
 from harness.strategies import MoEProblem
 
 pytestmark = pytest.mark.gpu
@@ -65,9 +68,9 @@ def _ieee_fp32_matmul():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cuda_graph_replay_equals_eager(scheme, backend):
     p = _problem(scheme)
-    t, _, cfg, moe = mc.setup(p, backend=backend, device="cuda")
+    t, _, cfg, moe = pb.setup(p, backend=backend, device="cuda")
     x, logits = t.hidden.clone(), t.router_logits.clone()
-    c = mc.fused_c_prec(moe, x.device) if backend == "fused" else 0.0
+    c = fused_c_prec(moe, x.device) if backend == "fused" else 0.0
     with torch.no_grad():
         moe(x, logits)  # warm-up: Triton compilation, lazy caches
         side = torch.cuda.Stream()
@@ -89,8 +92,8 @@ def test_cuda_graph_replay_equals_eager(scheme, backend):
         # Same kernels on the same inputs: normally bitwise equal. cuBLAS may pick
         # another algorithm on the capture stream (other workspace), so the
         # contract is the derived reference tolerance, on both outputs.
-        mc.check_matches_reference(p, t, cfg, moe, out=static_out.clone(), c_prec=c)
-        mc.check_matches_reference(p, t, cfg, moe, out=eager, c_prec=c)
+        check_matches_reference(p, t, cfg, moe, out=static_out.clone(), c_prec=c)
+        check_matches_reference(p, t, cfg, moe, out=eager, c_prec=c)
         # New values in the static inputs: the replay must follow them (a graph
         # that baked its inputs or a host-computed scale in would not).
         p2 = p.replace(seed=6)
@@ -100,7 +103,7 @@ def test_cuda_graph_replay_equals_eager(scheme, backend):
         graph.replay()
         torch.cuda.synchronize()
         t2c = dataclasses.replace(t2, hidden=x, router_logits=logits)
-        mc.check_matches_reference(p2, t2c, cfg, moe, out=static_out.clone(), c_prec=c)
+        check_matches_reference(p2, t2c, cfg, moe, out=static_out.clone(), c_prec=c)
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
@@ -108,14 +111,14 @@ def test_cuda_graph_replay_equals_eager(scheme, backend):
 def test_torch_compile_fullgraph_equals_eager(scheme, backend):
     torch._dynamo.reset()
     p = _problem(scheme)
-    t, _, cfg, moe = mc.setup(p, backend=backend, device="cuda")
+    t, _, cfg, moe = pb.setup(p, backend=backend, device="cuda")
     with torch.no_grad():
         eager = moe(t.hidden, t.router_logits)
         compiled = torch.compile(moe, fullgraph=True)
         out = compiled(t.hidden, t.router_logits)
-    c = mc.fused_c_prec(moe, t.hidden.device) if backend == "fused" else 0.0
-    mc.check_matches_reference(p, t, cfg, moe, out=out, c_prec=c)
-    mc.check_matches_reference(p, t, cfg, moe, out=eager, c_prec=c)
+    c = fused_c_prec(moe, t.hidden.device) if backend == "fused" else 0.0
+    check_matches_reference(p, t, cfg, moe, out=out, c_prec=c)
+    check_matches_reference(p, t, cfg, moe, out=eager, c_prec=c)
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
@@ -124,26 +127,26 @@ def test_torch_compile_fullgraph_equals_eager(scheme, backend):
 def test_gpu_emulation_matches_reference(scheme, backend, seed):
     p = MoEProblem(scheme, 16, 4, 128, 64, 64, seed, ckpt="modelopt" if scheme == "nvfp4" else "native",
                    logits="extreme", spread=6, token_spread=12)
-    t, _, cfg, moe = mc.setup(p, backend=backend, device="cuda")
-    out = mc.run(moe, t)
-    c = mc.fused_c_prec(moe, t.hidden.device) if backend == "fused" else 0.0
-    mc.check_matches_reference(p, t, cfg, moe, out=out, c_prec=c)
+    t, _, cfg, moe = pb.setup(p, backend=backend, device="cuda")
+    out = pb.run(moe, t)
+    c = fused_c_prec(moe, t.hidden.device) if backend == "fused" else 0.0
+    check_matches_reference(p, t, cfg, moe, out=out, c_prec=c)
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gpu_buffers_follow_weights(scheme, backend):
-    _, _, _, moe = mc.setup(_problem(scheme), backend=backend, device="cuda")
-    assert mc.check_buffers_follow_weights(moe)["device"].startswith("cuda")
+    _, _, _, moe = pb.setup(_problem(scheme), backend=backend, device="cuda")
+    assert check_buffers_follow_weights(moe)["device"].startswith("cuda")
 
 
 def test_gpu_conversion_and_weight_creation_every_backend():
-    mc.check_conversion_every_backend(device="cuda")
-    mc.check_create_weights_every_scheme(device="cuda")
+    check_conversion_every_backend(device="cuda")
+    check_create_weights_every_scheme(device="cuda")
 
 
 def test_fused_large_offsets_gpu():
-    assert mc.check_fused_large_offsets("cuda")["max_offset"] > 2**31
+    assert check_fused_large_offsets("cuda")["max_offset"] > 2**31
 
 
 def test_fused_silu_and_mul_is_bitwise_torch():

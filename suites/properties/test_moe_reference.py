@@ -4,7 +4,7 @@ Property: for every drawn problem (`moe_problems`), FusedMoE's output lies
 within a tolerance DERIVED from float32 arithmetic of the float64 reference
 `harness.moe.reference.reference_moe` (and its routing is identical).
 
-Derivation (implemented in `moe_checks.output_tolerance`; u = 2^-24,
+Derivation (implemented in harness/moe/tolerance.py; u = 2^-24,
 gamma_n = n u / (1 - n u)):
 
 * The reference performs the identical QDQ steps on float32 tensors. QDQ #1
@@ -41,25 +41,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.moe.schemes import SCHEME_NAMES
-from suites.properties import moe_checks as mc
+from suites.checks.global_scale import check_checkpoint_conventions
+from suites.checks.oracle import check_matches_reference
 from harness.strategies import moe_problems
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with mc.single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
 @given(data=st.data())
 def test_emulation_matches_reference(scheme, data):
     problem = data.draw(moe_problems(scheme), label="problem")
-    mc.check_matches_reference(problem)
+    check_matches_reference(problem)
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
 @given(data=st.data())
 def test_checkpoint_conventions_agree(scheme, data):
     problem = data.draw(moe_problems(scheme, max_tokens=8), label="problem")
-    mc.check_checkpoint_conventions(problem)
+    check_checkpoint_conventions(problem)

@@ -11,18 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.strategies import moe_problems
-from suites.properties import moe_checks as mc
+from suites.checks import problem as pb
+from suites.checks.oracle import check_routing
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with mc.single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("scoring", ("softmax", "sigmoid"))
-@mc.examples(2)
+@pb.examples(2)
 @given(data=st.data())
 def test_routing_matches_reference(scoring, data):
     problem = data.draw(moe_problems("w_mxfp8", scoring=scoring), label="problem")
-    mc.check_routing(problem)
+    check_routing(problem)

@@ -27,48 +27,50 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.moe.schemes import SCHEME_NAMES
-from suites.properties import moe_checks as mc
+from suites.checks import problem as pb
+from suites.checks.device import check_buffers_follow_weights, check_conversion_every_backend, check_create_weights_every_scheme
+from suites.checks.equivariance import check_expert_equivariance, check_token_equivariance
+from suites.checks.host_work import check_dynamo_fullgraph, check_no_host_work_in_forward, fresh_table_caches
+from suites.checks.oracle import check_fused_matches_unfused
+from suites.checks.shared_config import check_shared_config
 from harness.strategies import moe_problems
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with mc.single_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
-@mc.examples(1 / 15, minimum=2)
+@pb.examples(1 / 15, minimum=2)
 @given(data=st.data())
 def test_fused_matches_unfused(scheme, data):
     problem = data.draw(moe_problems(scheme, max_experts=8, max_tokens=24, max_hidden=1, max_inter=1), label="problem")
-    mc.check_fused_matches_unfused(problem)
+    check_fused_matches_unfused(problem)
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
-@mc.examples(1 / 4)
+@pb.examples(1 / 4)
 @given(data=st.data())
 def test_two_experts_from_one_config(scheme, data):
     problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
-    mc.check_shared_config(problem)
+    check_shared_config(problem)
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
-@mc.examples(1 / 4)
+@pb.examples(1 / 4)
 @given(data=st.data())
 def test_token_permutation_equivariance(scheme, data):
     problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64), label="problem")
     seed = data.draw(st.integers(0, 2**16), label="perm_seed")
-    mc.check_token_equivariance(problem, seed=seed)
+    check_token_equivariance(problem, seed=seed)
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
-@mc.examples(1 / 4)
+@pb.examples(1 / 4)
 @given(data=st.data())
 def test_expert_relabelling_invariance(scheme, data):
     problem = data.draw(moe_problems(scheme, max_experts=16, max_tokens=64, logits="distinct"), label="problem")
     seed = data.draw(st.integers(0, 2**16), label="perm_seed")
-    mc.check_expert_equivariance(problem, seed=seed)
+    check_expert_equivariance(problem, seed=seed)
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
@@ -76,16 +78,16 @@ def test_buffers_follow_weights(scheme):
     from harness.strategies import MoEProblem
 
     p = MoEProblem(scheme, 4, 2, 32, 32, 4, 0, ckpt="modelopt")
-    _, _, _, moe = mc.setup(p)
-    mc.check_buffers_follow_weights(moe)
+    _, _, _, moe = pb.setup(p)
+    check_buffers_follow_weights(moe)
 
 
 def test_conversion_every_backend_minimal_layer():
-    mc.check_conversion_every_backend()
+    check_conversion_every_backend()
 
 
 def test_create_and_convert_weights_every_scheme_and_backend():
-    mc.check_create_weights_every_scheme()
+    check_create_weights_every_scheme()
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
@@ -93,10 +95,10 @@ def test_create_and_convert_weights_every_scheme_and_backend():
 def test_no_host_work_in_forward(scheme, backend, monkeypatch):
     from harness.strategies import MoEProblem
 
-    mc.fresh_table_caches(monkeypatch)  # conversion, not forward, must fill them
+    fresh_table_caches(monkeypatch)  # conversion, not forward, must fill them
     p = MoEProblem(scheme, 4, 2, 32, 32, 5, 3, ckpt="compressed_tensors", logits="ties")
-    t, _, cfg, moe = mc.setup(p, backend=backend)
-    mc.check_no_host_work_in_forward(p, moe, t)
+    t, _, cfg, moe = pb.setup(p, backend=backend)
+    check_no_host_work_in_forward(p, moe, t)
 
 
 def _one_scheme_per_dispatch_kind():
@@ -108,7 +110,7 @@ def _one_scheme_per_dispatch_kind():
     seen, out = set(), []
     for name in SCHEME_NAMES:
         s = SCHEMES[name]
-        key = (s.is_nvfp4, QUANT_DTYPES.get(s.quant_dtype))
+        key = (s.two_level, QUANT_DTYPES.get(s.quant_dtype))
         if key not in seen:
             seen.add(key)
             out.append(name)
@@ -121,4 +123,4 @@ def test_dynamo_fullgraph_no_graph_break(scheme):
 
     p = MoEProblem(scheme, 4, 2, 32, 32, 5, 3, ckpt="compressed_tensors", logits="ties",
                    act_scale=0.0 if scheme == "w_mxfp4_a_fp8" else 1.0)
-    mc.check_dynamo_fullgraph(p)
+    check_dynamo_fullgraph(p)

@@ -1,20 +1,12 @@
 """Shared helpers of the regression tests: fixed small problems and the
 detection assertion. Each regression test injects a historical bug with
-monkeypatch and asserts that a GENERIC property check (suites/properties/
-moe_checks.py, the same function the property suites call) detects it."""
+monkeypatch and asserts that a GENERIC property check (suites/checks/, the
+same function the property suites call) detects it."""
 from __future__ import annotations
 
 import pytest
-import torch
 
-from suites.properties import moe_checks as mc
 from harness.strategies import MoEProblem
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    with mc.single_thread():
-        yield
 
 
 def problem(scheme: str, **kw) -> MoEProblem:
@@ -32,4 +24,4 @@ def detects(check, *args, match=None, **kw):
     return str(info.value)
 
 
-__all__ = ["problem", "detects", "one_thread", "mc", "torch"]
+__all__ = ["problem", "detects"]

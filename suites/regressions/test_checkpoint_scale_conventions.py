@@ -11,24 +11,26 @@ import harness.formats as hf
 import harness.moe.conversion as conv
 import harness.moe.loaders as loaders
 
-from ._inject import detects, mc, one_thread, problem  # noqa: F401
+from suites.checks.global_scale import check_checkpoint_conventions
+
+from ._inject import detects, problem
 
 
 @pytest.mark.parametrize("seed", (0, 1, 2))
 def test_both_conventions_load_the_truth(seed):
-    mc.check_checkpoint_conventions(problem("nvfp4", seed=seed, spread=6))
+    check_checkpoint_conventions(problem("nvfp4", seed=seed, spread=6))
 
 
 def test_injected_reciprocal_mixup_is_detected(monkeypatch):
     # ModelOpt's decode-side weight_scale_2 taken as if it were encode side.
     monkeypatch.setattr(hf, "global_scale_from_modelopt", lambda ws2: hf.check_global_scale(ws2))
-    detects(mc.check_checkpoint_conventions, problem("nvfp4"), match="modelopt")
+    detects(check_checkpoint_conventions, problem("nvfp4"), match="modelopt")
 
 
 def test_injected_compressed_tensors_inversion_is_detected(monkeypatch):
     # compressed-tensors' encode-side global_scale wrongly inverted.
     monkeypatch.setattr(hf, "global_scale_from_compressed_tensors", lambda gs: 1.0 / hf.check_global_scale(gs))
-    detects(mc.check_checkpoint_conventions, problem("nvfp4"), match="compressed_tensors")
+    detects(check_checkpoint_conventions, problem("nvfp4"), match="compressed_tensors")
 
 
 def test_injected_one_scale_for_all_experts_is_detected(monkeypatch):
@@ -39,11 +41,11 @@ def test_injected_one_scale_for_all_experts_is_detected(monkeypatch):
 
     monkeypatch.setattr(conv, "_per_expert", one_for_all)
     monkeypatch.setattr(loaders, "_per_expert", one_for_all)
-    detects(mc.check_checkpoint_conventions, problem("nvfp4", spread=2), match="differs from the truth")
+    detects(check_checkpoint_conventions, problem("nvfp4", spread=2), match="differs from the truth")
 
 
 def test_injected_input_scale_min_instead_of_max_is_detected(monkeypatch):
     # The activation global scale must cover the largest per-expert input scale.
     monkeypatch.setattr(conv, "_input_gscale", lambda s, what: None if s is None else
                         hf.global_scale_from_modelopt(s.to(torch.float32).min()).reshape(()))
-    detects(mc.check_checkpoint_conventions, problem("nvfp4", E=6), match="a1_gscale")
+    detects(check_checkpoint_conventions, problem("nvfp4", E=6), match="a1_gscale")

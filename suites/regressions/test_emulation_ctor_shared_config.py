@@ -9,14 +9,16 @@ import pytest
 
 import harness.moe.experts as ex
 
-from ._inject import detects, mc, one_thread, problem  # noqa: F401
+from suites.checks.shared_config import check_shared_config
+
+from ._inject import detects, problem
 
 SCHEMES = ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8")
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_two_experts_from_one_config(scheme):
-    mc.check_shared_config(problem(scheme))
+    check_shared_config(problem(scheme))
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -37,4 +39,4 @@ def test_injected_constructor_side_effect_is_detected(scheme, monkeypatch):
             quant_config.w13_q.scales = quant_config.w13_q.scales.new_zeros(quant_config.w13_q.scales.shape)
 
     monkeypatch.setattr(ex.ExpertsBase, "__init__", stealing_init)
-    detects(mc.check_shared_config, problem(scheme))
+    detects(check_shared_config, problem(scheme))

@@ -8,12 +8,14 @@ import pytest
 
 import harness.moe.ops as ops
 
-from ._inject import detects, mc, one_thread, problem  # noqa: F401
+from suites.checks.oracle import check_matches_reference
+
+from ._inject import detects, problem
 
 
 @pytest.mark.parametrize("ckpt", ("modelopt", "compressed_tensors"))
 def test_nvfp4_emulation_matches_reference_both_conventions(ckpt):
-    mc.check_matches_reference(problem("nvfp4", ckpt=ckpt))
+    check_matches_reference(problem("nvfp4", ckpt=ckpt))
 
 
 @pytest.mark.parametrize("ckpt", ("modelopt", "compressed_tensors"))
@@ -25,4 +27,4 @@ def test_injected_division_by_decode_scale_is_detected(ckpt, monkeypatch):
         return orig(q, None if gscale is None else 1.0 / gscale, **kw)
 
     monkeypatch.setattr(ops, "dequantize_expert_weights", wrong_direction)
-    detects(mc.check_matches_reference, problem("nvfp4", ckpt=ckpt), match="outside tolerance")
+    detects(check_matches_reference, problem("nvfp4", ckpt=ckpt), match="outside tolerance")

@@ -5,11 +5,13 @@ every scheme x backend with emulation forced."""
 import harness.moe as hm
 import harness.moe.conversion as conv
 
-from ._inject import detects, mc, one_thread  # noqa: F401
+from suites.checks.device import check_create_weights_every_scheme
+
+from ._inject import detects
 
 
 def test_every_scheme_and_backend_creates_and_converts_weights():
-    mc.check_create_weights_every_scheme()
+    check_create_weights_every_scheme()
 
 
 def test_injected_missing_weight_scale_is_detected(monkeypatch):
@@ -18,11 +20,11 @@ def test_injected_missing_weight_scale_is_detected(monkeypatch):
     def forgetful(layer, scheme, num_experts, hidden, intermediate, backend, emulation=True, device=None):
         orig(layer, scheme, num_experts, hidden, intermediate, backend, emulation=emulation, device=device)
         s = hm.get_scheme(scheme)
-        if emulation and s.weight_fmt is not None and not s.is_nvfp4:
+        if emulation and s.weight_fmt is not None and not s.two_level:
             del layer.w13_weight_scale  # the emulation branch "forgot" weight_scale
             del layer.w2_weight_scale
         return layer
 
     monkeypatch.setattr(conv, "create_moe_weights", forgetful)
     monkeypatch.setattr(hm, "create_moe_weights", forgetful)
-    detects(mc.check_create_weights_every_scheme, match="weight_scale")
+    detects(check_create_weights_every_scheme, match="weight_scale")

@@ -3,15 +3,17 @@ convert_to_nvfp4_moe_kernel_format read `layer.weight.device`; a FusedMoE
 layer has only w13/w2, so selecting emulation crashed at startup.
 Generic check: every backend branch of every kernel-format conversion runs
 with a minimal layer object (only the MoE attributes) and keeps its outputs
-on w13's device (moe_checks.check_conversion_every_backend)."""
+on w13's device (suites/checks/device.check_conversion_every_backend)."""
 import harness.moe as hm
 import harness.moe.conversion as conv
 
-from ._inject import detects, mc, one_thread  # noqa: F401
+from suites.checks.device import check_conversion_every_backend
+
+from ._inject import detects
 
 
 def test_every_backend_converts_a_layer_without_weight():
-    res = mc.check_conversion_every_backend()
+    res = check_conversion_every_backend()
     assert {b for _, b in res["ran"]} == set(hm.MoEBackend)
 
 
@@ -26,4 +28,4 @@ def test_injected_layer_weight_device_is_detected(monkeypatch):
 
     monkeypatch.setattr(conv, "convert_to_nvfp4_moe_kernel_format", buggy)
     monkeypatch.setattr(hm, "convert_to_nvfp4_moe_kernel_format", buggy)
-    detects(mc.check_conversion_every_backend, match="EMULATION.*weight")
+    detects(check_conversion_every_backend, match="EMULATION.*weight")

@@ -16,7 +16,8 @@ import textwrap
 
 import pytest
 
-from ._inject import mc, one_thread  # noqa: F401
+from suites.checks.offsets import check_fused_large_offsets
+
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -24,8 +25,13 @@ _INJECT = textwrap.dedent('''
     import importlib.util, inspect, os, sys, tempfile, textwrap
     import torch
     torch.set_num_threads(1)
+<<<<<<< HEAD
     from harness.kernels import fused_gemm as fused
     from suites.properties import moe_checks as mc
+=======
+    from harness.moe import fused
+    from suites.checks.offsets import check_fused_large_offsets
+>>>>>>> main
     src = textwrap.dedent(inspect.getsource(fused._moe_gemm_kernel))
     assert src.count("tl.int64") >= 3
     bug = ("from harness.kernels.fused_gemm import *\\nimport triton\\nimport triton.language as tl\\n"
@@ -43,7 +49,7 @@ _INJECT = textwrap.dedent('''
         kern = triton.jit(mod._moe_gemm_kernel)
     fused._kernel = lambda interpret: kern
     try:
-        mc.check_fused_large_offsets(DEVICE)
+        check_fused_large_offsets(DEVICE)
     except AssertionError as exc:
         print("DETECTED:", str(exc)[:200])
         sys.exit(3)
@@ -53,13 +59,13 @@ _INJECT = textwrap.dedent('''
 
 
 def test_fused_gemm_offsets_past_2_31_cpu():
-    res = mc.check_fused_large_offsets("cpu")
+    res = check_fused_large_offsets("cpu")
     assert res["max_offset"] > 2**31
 
 
 @pytest.mark.gpu
 def test_fused_gemm_offsets_past_2_31_gpu():
-    assert mc.check_fused_large_offsets("cuda")["max_offset"] > 2**31
+    assert check_fused_large_offsets("cuda")["max_offset"] > 2**31
 
 
 def _run_injected(device):

@@ -8,7 +8,10 @@ import pytest
 
 import harness.moe.experts as ex
 
-from ._inject import detects, mc, one_thread, problem  # noqa: F401
+from suites.checks.double_qdq import check_single_quantization
+from suites.checks.oracle import check_matches_reference
+
+from ._inject import detects, problem
 
 MX_ACT = ("w_mxfp4_a_mxfp4", "w_mxfp4_a_mxfp6_e3m2", "w_mxfp4_a_fp8")
 
@@ -20,14 +23,14 @@ def _double_quantizing_apply(self, hidden, topk_weights, topk_ids, *, activation
 
 @pytest.mark.parametrize("scheme", MX_ACT)
 def test_ocp_mx_quantizes_once(scheme):
-    mc.check_single_quantization(problem(scheme))
-    mc.check_matches_reference(problem(scheme))
+    check_single_quantization(problem(scheme))
+    check_matches_reference(problem(scheme))
 
 
 @pytest.mark.parametrize("scheme", MX_ACT)
 def test_injected_double_quantization_is_detected(scheme, monkeypatch):
     monkeypatch.setattr(ex.OcpMxEmulationExperts, "apply", _double_quantizing_apply)
-    detects(mc.check_single_quantization, problem(scheme), match="expected 2 activation QDQ calls")
+    detects(check_single_quantization, problem(scheme), match="expected 2 activation QDQ calls")
 
 
 @pytest.mark.parametrize("scheme", MX_ACT)
@@ -45,5 +48,5 @@ def test_injected_missing_input_quantization_is_detected(scheme, monkeypatch):
 
     monkeypatch.setattr(layer.FusedMoE, "forward", forward_without_prepare_qdq)
     p = problem(scheme)
-    detects(mc.check_single_quantization, p, match="expected 2 activation QDQ calls")
-    detects(mc.check_matches_reference, p, match="outside tolerance")
+    detects(check_single_quantization, p, match="expected 2 activation QDQ calls")
+    detects(check_matches_reference, p, match="outside tolerance")

@@ -14,7 +14,10 @@ So counting calls is THE detector for this class (as for OCP MX, where QDQ is
 exactly idempotent), and the suites count calls on every drawn problem."""
 import harness.moe.experts as ex
 
-from ._inject import detects, mc, one_thread, problem  # noqa: F401
+from suites.checks.double_qdq import check_single_quantization
+from suites.checks.oracle import check_matches_reference
+
+from ._inject import detects, problem
 
 
 def _double_quantizing_apply(self, hidden, topk_weights, topk_ids, *, activation="silu"):
@@ -25,14 +28,14 @@ def _double_quantizing_apply(self, hidden, topk_weights, topk_ids, *, activation
 
 def test_nvfp4_quantizes_once_and_matches_reference():
     p = problem("nvfp4")
-    mc.check_single_quantization(p)
-    mc.check_matches_reference(p)
+    check_single_quantization(p)
+    check_matches_reference(p)
 
 
 def test_injected_double_quantization_is_detected(monkeypatch):
     monkeypatch.setattr(ex.NvFp4EmulationExperts, "apply", _double_quantizing_apply)
     p = problem("nvfp4")
-    msg = detects(mc.check_single_quantization, p, match="expected 2 activation QDQ calls")
+    msg = detects(check_single_quantization, p, match="expected 2 activation QDQ calls")
     assert "got 3" in msg
 
 
@@ -45,5 +48,5 @@ def test_injected_double_quantization_on_two_grids_is_detected_numerically(monke
 
     monkeypatch.setattr(ex.NvFp4EmulationExperts, "apply", apply_two_grids)
     p = problem("nvfp4", T=32)
-    detects(mc.check_single_quantization, p, match="expected 2 activation QDQ calls")
-    detects(mc.check_matches_reference, p, match="outside tolerance")
+    detects(check_single_quantization, p, match="expected 2 activation QDQ calls")
+    detects(check_matches_reference, p, match="outside tolerance")

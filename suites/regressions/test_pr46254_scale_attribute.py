@@ -9,12 +9,15 @@ import torch
 import harness.moe.experts as ex
 import harness.moe.quantize_input as qi
 
-from ._inject import detects, mc, one_thread, problem  # noqa: F401
+from suites.checks.oracle import check_matches_reference
+from suites.checks.scale_use import check_scale_sensitivity
+
+from ._inject import detects, problem
 
 
 def test_nvfp4_scales_are_used_and_required():
     p = problem("nvfp4")
-    res = mc.check_scale_sensitivity(p)
+    res = check_scale_sensitivity(p)
     assert set(res["changed"]) == {"a1_gscale", "a2_gscale", "w13_gscale", "w2_gscale"}
 
 
@@ -24,8 +27,8 @@ def test_injected_wrong_scale_attribute_is_detected(monkeypatch):
     monkeypatch.setattr(ex.ExpertsBase, "a1_input_scale",
                         lambda self: self.a1_scale if self.a1_scale is not None else torch.ones(()))
     p = problem("nvfp4")
-    detects(mc.check_scale_sensitivity, p, match="a1_gscale")
-    detects(mc.check_matches_reference, p, match="outside tolerance")
+    detects(check_scale_sensitivity, p, match="a1_gscale")
+    detects(check_matches_reference, p, match="outside tolerance")
 
 
 def test_injected_missing_none_check_is_detected(monkeypatch):
@@ -38,4 +41,4 @@ def test_injected_missing_none_check_is_detected(monkeypatch):
         return orig(A, A_scale, quant_dtype, *a, **k)
 
     monkeypatch.setattr(qi, "moe_kernel_quantize_input", no_assert)
-    detects(mc.check_scale_sensitivity, problem("nvfp4"), match="did not raise")
+    detects(check_scale_sensitivity, problem("nvfp4"), match="did not raise")

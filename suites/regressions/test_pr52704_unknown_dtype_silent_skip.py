@@ -11,12 +11,15 @@ import pytest
 import harness.moe.quantize_input as qi
 import harness.moe.schemes as schemes
 
-from ._inject import detects, mc, one_thread, problem  # noqa: F401
+from suites.checks.oracle import check_matches_reference
+from suites.checks.silent_skip import check_dispatcher_keys, check_no_silent_skip
+
+from ._inject import detects, problem
 
 
 def test_dispatcher_keys_and_no_skip():
-    mc.check_dispatcher_keys()
-    mc.check_no_silent_skip(problem("w_mxfp4_a_mxfp6_e3m2"))
+    check_dispatcher_keys()
+    check_no_silent_skip(problem("w_mxfp4_a_mxfp6_e3m2"))
 
 
 def _fall_through_dispatcher(monkeypatch):
@@ -36,6 +39,6 @@ def test_injected_unknown_key_silent_skip_is_detected(scheme, monkeypatch):
     # The scheme names its activation dtype "mxfp6", which is not a dispatch key.
     monkeypatch.setitem(schemes.SCHEMES, scheme, dataclasses.replace(schemes.SCHEMES[scheme], quant_dtype="mxfp6"))
     p = problem(scheme)
-    detects(mc.check_no_silent_skip, p, match="skipped")
-    detects(mc.check_dispatcher_keys, match="left the activations unquantized|accepted unknown")
-    detects(mc.check_matches_reference, p, match="outside tolerance")
+    detects(check_no_silent_skip, p, match="skipped")
+    detects(check_dispatcher_keys, match="left the activations unquantized|accepted unknown")
+    detects(check_matches_reference, p, match="outside tolerance")

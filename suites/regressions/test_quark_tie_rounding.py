@@ -9,14 +9,16 @@ import pytest
 import harness.moe.ops as ops
 from harness.moe.schemes import SCHEME_NAMES, SCHEMES
 
-from ._inject import detects, mc, one_thread, problem  # noqa: F401
+from suites.checks.ties import check_activation_qdq_ties
+
+from ._inject import detects
 
 TIE_SCHEMES = tuple(n for n in SCHEME_NAMES if SCHEMES[n].act_fmt not in (None, "fp8"))
 
 
 @pytest.mark.parametrize("scheme", TIE_SCHEMES)
 def test_activation_qdq_rounds_ties_to_even(scheme):
-    mc.check_activation_qdq_ties(scheme, backends=("torch", "auto"))
+    check_activation_qdq_ties(scheme, backends=("torch", "auto"))
 
 
 @pytest.mark.parametrize("scheme", TIE_SCHEMES)
@@ -27,4 +29,4 @@ def test_injected_ties_away_is_detected(scheme, monkeypatch):
         return orig(x, fmt, rounding="away", **kw)
 
     monkeypatch.setattr(ops, "qdq", away)
-    detects(mc.check_activation_qdq_ties, scheme, match="differ")
+    detects(check_activation_qdq_ties, scheme, match="differ")

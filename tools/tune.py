@@ -1,5 +1,5 @@
 """Measure launch configurations of the fused MoE GEMM on the GPU
-(`python -m harness.moe.tune`): decode/load variants, then tiles, on the
+(`python -m tools.tune`): decode/load variants, then tiles, on the
 Mixtral GEMM1 shape at T=4096 (BLOCK_M 128) and T=16 (BLOCK_M 16). Prints
 JSON; `best` is what fused_gemm.GPU_CONFIGS should hold."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from .bench import _time as _bench_time
+from harness.moe.bench import _time as _bench_time
 
 FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN")
 TILES = {
@@ -102,7 +102,7 @@ def tune(dev, fast_decode_ok: bool = True) -> dict:
         res[f"{cls}.nvfp4.best"] = _ms(lambda: fused.moe_gemm(x, ids, fws["nvfp4"][0], precision="bf16",
                                                               a_gscale=a_gs, config=best[cls]))
         res[f"{cls}.mxfp4.best"] = min(tile_ms.values())
-    del fws, fw_bf16, w13
+    fws = fw_bf16 = w13 = None  # free the GPU memory before empty_cache
     torch.cuda.empty_cache()
     return {"timings_ms": res, "best": best}
 
@@ -145,7 +145,7 @@ def tune_predequant(dev) -> dict:
     bn, bk, nw, ns = min(gm, key=gm.get)
     fused.GPU_CONFIGS["large_float"] = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
     res["fused.large"] = _ms(lambda: fused.moe_gemm(x, ids, fw, precision="bf16", mode="fused"))
-    del fw, w13
+    fw = w13 = None  # free the GPU memory before empty_cache
     torch.cuda.empty_cache()
     return {"timings_ms": res, "best": {"dequant": dict(fused.GPU_CONFIGS["dequant"]),
                                         "large_float": dict(fused.GPU_CONFIGS["large_float"])}}

@@ -1,4 +1,4 @@
-"""GPU smoke of the MoE layer, one command (`python -m harness.moe.gpu_smoke OUT_DIR`):
+"""GPU smoke of the MoE layer, one command (`python -m tools.gpu_smoke OUT_DIR`):
 run_checks on the device, CUDA-graph capture vs eager, torch.compile(fullgraph)
 vs eager, the fused GEMM contract (2) at a medium shape in both precisions,
 int64 offsets past 2^31 bytes, then the benchmark. Writes OUT_DIR/*.json as it goes."""
@@ -87,7 +87,7 @@ def gemm_contract(dev) -> dict:
         a_gs = None
         xs = x.repeat_interleave(k, 0)
         if s.act_fmt is not None:
-            if s.is_nvfp4:
+            if s.two_level:
                 import harness.formats as hf  # noqa: PLC0415
 
                 a_gs = hf.nvfp4_global_scale(xs.abs().amax())
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
 
     if a.tune:
         from harness.kernels import fused_gemm as fused  # noqa: PLC0415
-        from harness.moe import tune  # noqa: PLC0415
+        from tools import tune  # noqa: PLC0415
 
         _guard(res, "dequant_exactness", lambda: tune.dequant_exactness(dev))
         ex = res.get("dequant_exactness", {})
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
     steps = set(a.steps.split(","))
     if "tune_predequant" in steps:
         from harness.kernels import fused_gemm as fused  # noqa: PLC0415
-        from harness.moe import tune  # noqa: PLC0415
+        from tools import tune  # noqa: PLC0415
 
         _guard(res, "tune_predequant", lambda: tune.tune_predequant(dev))
         res["gpu_configs_used"] = fused.GPU_CONFIGS
