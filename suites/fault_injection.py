@@ -88,15 +88,9 @@ FAULTS += [
     ("kernel: rceil >= instead of >", K, "((amax_bits & F32_FRAC_MASK) > RCEIL_MANT)", "((amax_bits & F32_FRAC_MASK) >= RCEIL_MANT)", KT),
     ("kernel: even-mode half-ulp one bit too low", "harness/kernels/constants.py",
      '"EVEN_ADD": 1 << (F32_MANT_BITS - 1 - el.mbits)', '"EVEN_ADD": 1 << (F32_MANT_BITS - 2 - el.mbits)', KT),
-<<<<<<< HEAD
     ("fused MoE GEMM: unmasked loads on tiles that do not divide N, K", "harness/kernels/fused_gemm.py",
-     'cfg.setdefault("EVEN_NK", fw.N % cfg["BLOCK_N"] == 0 and K % cfg["BLOCK_K"] == 0)',
-     'cfg.setdefault("EVEN_NK", True)', [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide"]),
-=======
-    ("fused MoE GEMM: unmasked loads on tiles that do not divide N, K", "harness/moe/fused.py",
      '        cfg.pop(flag, None)\n    cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)',
      '        cfg.pop(flag, None)\n    cfg.setdefault("EVEN_NK", True)', [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide"]),
->>>>>>> main
 ]
 
 # Storage dtypes and bad input (issue 11): reference and kernels share

@@ -107,26 +107,29 @@ def element_value(el: ElementSpec, code: int):
     return Fraction(v) if math.isfinite(v) else v
 
 
+def mx_shared_exponent(amax, spec, mode: str) -> int:
+    """The mode's shared exponent for an exact amax > 0, before E8M0's clamp."""
+    el = spec.element
+    if mode == "floor":
+        return floor_log2(amax) - el.emax
+    if mode == "ceil":
+        return ceil_log2(amax) - el.emax
+    if mode == "even":
+        e = floor_log2(amax)
+        carry = amax >= Fraction(2) ** e * (2 - Fraction(2) ** -(el.mbits + 1))
+        return e + int(carry) - el.emax
+    if mode == "rceil":
+        return ceil_log2(amax / Fraction(el.max_normal))
+    raise ValueError(f"unknown scale_mode {mode!r}")
+
+
 def mx_scale_byte(amax, spec, mode: str) -> int:
     """Exact E8M0 byte of a block from its exact amax (a Fraction, or nan/inf)."""
     if isinstance(amax, float) and not math.isfinite(amax):
         return E8M0_NAN
     if amax == 0:
         return 0
-    el = spec.element
-    if mode == "floor":
-        shared = floor_log2(amax) - el.emax
-    elif mode == "ceil":
-        shared = ceil_log2(amax) - el.emax
-    elif mode == "even":
-        e = floor_log2(amax)
-        carry = amax >= Fraction(2) ** e * (2 - Fraction(2) ** -(el.mbits + 1))
-        shared = e + int(carry) - el.emax
-    elif mode == "rceil":
-        shared = ceil_log2(amax / Fraction(el.max_normal))
-    else:
-        raise ValueError(f"unknown scale_mode {mode!r}")
-    return min(max(shared + E8M0_BIAS, 0), E8M0_MAX_BYTE)
+    return min(max(mx_shared_exponent(amax, spec, mode) + E8M0_BIAS, 0), E8M0_MAX_BYTE)
 
 
 def _block_amax(xs):

@@ -20,6 +20,9 @@ from __future__ import annotations
 import torch
 import triton
 
+from .launch import run_kernel
+from .loader import kernels
+
 MAX_PAIRS = 128  # [P, P] int32 comparison in one program: 16K elements
 MAX_EXPERTS = 256
 NUM_WARPS = 4
@@ -27,10 +30,8 @@ FILL_CHUNK = 1024
 
 
 def _kernel(interpret: bool):
-    # TEMP until the shared loader lands: import under the caller's TRITON_INTERPRET
-    from . import moe_align_src  # noqa: PLC0415
-
-    return moe_align_src._align_kernel
+    """The layout kernel (moe_align_src.py): compiled, or the interpreter's copy."""
+    return kernels(interpret, "moe_align_src")._align_kernel
 
 
 def applies(num_pairs: int, num_experts: int) -> bool:
@@ -59,6 +60,10 @@ def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
     nb = num_blocks(P, num_experts, block_m)
     rows = torch.empty(nb * block_m, dtype=torch.int64, device=ids.device)
     block_expert = torch.empty(nb, dtype=torch.int32, device=ids.device)
-    _kernel(ids.device.type != "cuda")[(1,)](ids.contiguous(), rows, block_expert, P, num_experts, nb,
-                                               nb * block_m, **meta(P, num_experts, block_m))
+    interpret = ids.device.type != "cuda"
+    kw = meta(P, num_experts, block_m)
+    if interpret:
+        kw.pop("num_warps")
+    run_kernel(_kernel(interpret), (1,), (ids.contiguous(), rows, block_expert, P, num_experts, nb, nb * block_m),
+               kw, interpret)
     return rows, block_expert

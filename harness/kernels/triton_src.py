@@ -1,4 +1,6 @@
-"""Triton kernel source: block QDQ, quantize-to-storage and dequantize.
+"""Triton kernel source: the element codec (the one element decoder, which
+the fused GEMM in fused_gemm_src.py imports), block QDQ, quantize-to-storage
+and dequantize.
 
 One kernel per operation, specialised for every format by compile-time
 constants (harness.kernels.constants, derived from the format table). All
@@ -74,15 +76,27 @@ def _round_to_grid(ab, MBITS: tl.constexpr, EMIN_FIELD: tl.constexpr, AWAY: tl.c
 
 @triton.jit
 def _decode(code, MBITS: tl.constexpr, WIDTH: tl.constexpr, BIAS: tl.constexpr, SIGN_BIT: tl.constexpr,
-            SPECIALS: tl.constexpr, NAN_CODE: tl.constexpr, INF_CODE: tl.constexpr, MIN_NORMAL: tl.constexpr):
-    """int32 element codes -> float32 values, by bits (no fp8 type, no table)."""
+            SPECIALS: tl.constexpr, NAN_CODE: tl.constexpr, INF_CODE: tl.constexpr, MIN_NORMAL: tl.constexpr,
+            FAST: tl.constexpr = False):
+    """int32 element codes -> float32 values, by bits (no fp8 type, no table).
+    The one element decoder: every kernel that reads codes calls it.
+
+    FAST (the fused GEMM's tuned choice): the code's exponent and mantissa
+    bits placed in float32's fields give the element's value times
+    2^(BIAS - 127), and one exact power-of-two multiply fixes it; subnormal
+    codes pass through float32 subnormals, so it is exact only where the
+    target keeps denormals. Otherwise the construction below never forms a
+    float32 subnormal."""
     mag = code & (SIGN_BIT - 1)
     sh = mag << (F32_MANT - MBITS)
-    normal = sh + ((F32_BIAS - BIAS) << F32_MANT)
-    # Subnormal element: 2^emin * (1 + f) - 2^emin, exact (Sterbenz), and never
-    # a float32 subnormal, so it does not depend on denormal support.
-    sub = (sh + ((F32_BIAS + 1 - BIAS) << F32_MANT)).to(tl.float32, bitcast=True) - MIN_NORMAL
-    bits = tl.where(mag < (1 << MBITS), sub.to(tl.int32, bitcast=True), normal)
+    if FAST:
+        bits = (sh.to(tl.float32, bitcast=True) * (2.0 ** (F32_BIAS - BIAS))).to(tl.int32, bitcast=True)
+    else:
+        normal = sh + ((F32_BIAS - BIAS) << F32_MANT)
+        # Subnormal element: 2^emin * (1 + f) - 2^emin, exact (Sterbenz), and
+        # never a float32 subnormal, so it does not depend on denormal support.
+        sub = (sh + ((F32_BIAS + 1 - BIAS) << F32_MANT)).to(tl.float32, bitcast=True) - MIN_NORMAL
+        bits = tl.where(mag < (1 << MBITS), sub.to(tl.int32, bitcast=True), normal)
     if SPECIALS == 1:  # "fn": the all-ones magnitude is NaN
         bits = tl.where(mag == NAN_CODE, F32_QNAN, bits)
     if SPECIALS == 2:  # "ieee": top exponent field is Inf (mantissa 0) or NaN

@@ -21,13 +21,8 @@ import harness.kernels as hk
 from harness.formats.bounds import check_qdq_bound
 from harness.moe import conversion, loaders
 from harness.moe import ops as moe_ops
-<<<<<<< HEAD
 from harness.kernels.fused_gemm import FusedWeights
-from suites.properties._util import assert_bitwise_equal
-=======
-from harness.moe.fused import FusedWeights
 from suites.checks.bitwise import assert_bitwise_equal
->>>>>>> main
 
 U8 = torch.uint8
 E4M3FN = torch.float8_e4m3fn

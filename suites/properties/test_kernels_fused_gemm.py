@@ -86,3 +86,18 @@ def test_fused_gemm_picks_out_every_finite_weight(fmt):
         nonzero = w != 0
         assert_bitwise_equal(y[nonzero], w[nonzero], f"{fmt} {config}")
         assert bool((y[~nonzero] == 0).all()), f"{fmt} {config}: zero weights gave nonzero outputs"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
+def test_fused_dequantize_every_code_and_scale_byte_gpu(fmt, gpu_device):
+    """The same on the device, with the tuned tables' configuration too:
+    FAST_DECODE is exact only where the target keeps float32 denormals."""
+    q = every_code_and_scale(fmt)
+    want = hf.dequantize(q)
+    qd = hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device),
+                            None if q.global_scale is None else q.global_scale.to(gpu_device), fmt)
+    fw = _fused_weights(qd)
+    for flags in [None] + DECODE_FLAGS:
+        got = fused_gemm.fused_dequantize(fw, None if flags is None else dict(flags)).cpu()
+        assert_bitwise_equal(got, want, f"{fmt} {flags or 'tuned table'}")
