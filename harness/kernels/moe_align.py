@@ -26,7 +26,7 @@ from .loader import kernels
 MAX_PAIRS = 128  # [P, P] int32 comparison in one program: 16K elements
 MAX_EXPERTS = 256
 NUM_WARPS = 4
-FILL_CHUNK = 1024
+FILL_CHUNK = 64  # rows / blocks written per loop step
 
 
 def _kernel(interpret: bool):
@@ -38,11 +38,9 @@ def applies(num_pairs: int, num_experts: int) -> bool:
     return 0 < num_pairs <= MAX_PAIRS and num_experts <= MAX_EXPERTS
 
 
-def meta(num_pairs: int, num_experts: int, block_m: int) -> dict:
-    nb = num_blocks(num_pairs, num_experts, block_m)
-    return dict(BLOCK_M=block_m, P_PAD=max(16, triton.next_power_of_2(num_pairs)),
-                E_PAD=max(16, triton.next_power_of_2(num_experts)), NB_PAD=max(16, triton.next_power_of_2(nb)),
-                FILL=FILL_CHUNK, num_warps=NUM_WARPS)
+def meta(num_pairs: int, num_experts: int) -> dict:
+    return dict(P_PAD=max(16, triton.next_power_of_2(num_pairs)),
+                E_PAD=max(16, triton.next_power_of_2(num_experts)), FILL=FILL_CHUNK, num_warps=NUM_WARPS)
 
 
 def num_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
@@ -61,9 +59,9 @@ def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
     rows = torch.empty(nb * block_m, dtype=torch.int64, device=ids.device)
     block_expert = torch.empty(nb, dtype=torch.int32, device=ids.device)
     interpret = ids.device.type != "cuda"
-    kw = meta(P, num_experts, block_m)
+    kw = meta(P, num_experts)
     if interpret:
         kw.pop("num_warps")
-    run_kernel(_kernel(interpret), (1,), (ids.contiguous(), rows, block_expert, P, num_experts, nb, nb * block_m),
+    run_kernel(_kernel(interpret), (1,), (ids.contiguous(), rows, block_expert, P, num_experts, nb, nb * block_m, block_m),
                kw, interpret)
     return rows, block_expert

@@ -11,9 +11,8 @@ def _sum(x, axis: tl.constexpr):
 
 
 @triton.jit
-def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS,
-                  BLOCK_M: tl.constexpr, P_PAD: tl.constexpr, E_PAD: tl.constexpr, NB_PAD: tl.constexpr,
-                  FILL: tl.constexpr):
+def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS, BLOCK_M,
+                  P_PAD: tl.constexpr, E_PAD: tl.constexpr, FILL: tl.constexpr):
     offs = tl.arange(0, P_PAD)
     pm = offs < P
     e = tl.load(ids_ptr + offs, mask=pm, other=-1).to(tl.int32)  # -1: a padding lane, no expert
@@ -32,8 +31,9 @@ def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS,
         tl.store(rows_ptr + ro, tl.full((FILL,), -1, tl.int64), mask=ro < NROWS)
     tl.debug_barrier()  # the -1 fill lands before the pair ids (other threads' lanes)
     tl.store(rows_ptr + dest, offs.to(tl.int64), mask=pm)
-    bo = tl.arange(0, NB_PAD)
-    # Lanes past E hold pad_end = the total: counted only where be >= E already.
-    before = pad_end[None, :] <= (bo * BLOCK_M)[:, None]
-    be = _sum(before.to(tl.int32), 1)
-    tl.store(block_expert_ptr + bo, tl.where(be < E, be, -1), mask=bo < NB)
+    for b0 in range(0, NB, FILL):
+        bo = b0 + tl.arange(0, FILL)
+        # Lanes past E hold pad_end = the total: counted only where be >= E already.
+        before = pad_end[None, :] <= (bo * BLOCK_M)[:, None]
+        be = _sum(before.to(tl.int32), 1)
+        tl.store(block_expert_ptr + bo, tl.where(be < E, be, -1), mask=bo < NB)
