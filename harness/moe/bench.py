@@ -161,7 +161,6 @@ def run(args) -> dict:
                     moe.experts.fused_mode = mode
                     timed[mode] = _timed_moe(moe, x, lg, args, device)
                 moe.experts.fused_mode = "auto"
-<<<<<<< HEAD
                 for mode, r in timed.items():
                     best = _best(r)
                     pre = _best(timed["predequant"]) if "predequant" in timed else None
@@ -174,10 +173,7 @@ def run(args) -> dict:
                         "predequant_over_this": _ratio(pre, best),
                         **(_targets(T, best, base[T], read_routed, pre) if mode == auto else {}),
                     })
-            del moe
-=======
             moe = None  # free the GPU memory before empty_cache
->>>>>>> main
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         w13 = w2 = inputs = None  # free the GPU memory before the next shape

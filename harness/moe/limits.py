@@ -63,7 +63,7 @@ def measure(device: torch.device, iters: int = 20) -> dict:
     # A copy moves n bytes in and n out; a read-only stream gets the same
     # per-direction rate on HBM (the bench's kernel figures use the same rule).
     copy_gbps = 2 * n / (ms * 1e-3) / 1e9
-    del src, dst
+    src = dst = None  # free the buffers before the GEMM
     m = 8192
     a = torch.randn(m, m, device=device, dtype=torch.bfloat16)
     b = torch.randn(m, m, device=device, dtype=torch.bfloat16)
