@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from harness.kernels import fused_gemm, moe_align
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])]
 
 
 def _check(ids, E, bm, device="cpu"):
