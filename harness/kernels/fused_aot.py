@@ -89,3 +89,25 @@ def scale_variants(backend=None):
 register("_moe_gemm_kernel", lambda: fused_gemm._kernel(False), gemm_variants)
 register("silu_and_mul_kernel", fused_act._kernel, silu_variants)
 register("scale_to_bf16_kernel", fused_act._scale_kernel, scale_variants)
+
+
+def align_variants(backend=None):
+    """Every padded size the host code can launch: pairs and experts up to
+    moe_align's limits, padded to powers of two (BLOCK_M is a runtime int)."""
+    from . import moe_align  # noqa: PLC0415
+
+    k = moe_align._kernel(False)
+    types = dict(ids_ptr="*i64", rows_ptr="*i64", block_expert_ptr="*i32", P="i32", E="i32", NB="i32", NROWS="i32",
+                 BLOCK_M="i32")
+    seen = set()
+    for p in range(1, moe_align.MAX_PAIRS + 1):
+        for e in range(1, moe_align.MAX_EXPERTS + 1):
+            meta = moe_align.meta(p, e)
+            key = tuple(sorted(meta.items()))
+            if key not in seen:
+                seen.add(key)
+                yield _variant(k, f"p{meta['P_PAD']}.e{meta['E_PAD']}", types, meta)
+
+
+register("_align_kernel", lambda: __import__("harness.kernels.moe_align", fromlist=["_kernel"])._kernel(False),
+         align_variants)

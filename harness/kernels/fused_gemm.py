@@ -178,6 +178,23 @@ def sort_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
     return rows, block_expert
 
 
+def pair_layout(ids: torch.Tensor, num_experts: int, num_rows: Optional[int] = None, block_m: Optional[int] = None):
+    """(rows, block_expert, block_m) of the GEMM for pair experts `ids` [P].
+    Both builders give the same tensors bit for bit: up to
+    moe_align.MAX_PAIRS pairs one Triton launch (moe_align.py), else the
+    torch ops of sort_pairs. Compute it once per forward and pass it to both
+    GEMMs (`moe_gemm(layout=...)`)."""
+    from . import moe_align  # noqa: PLC0415
+
+    bm = block_m or _block_m(ids.shape[0] if num_rows is None else num_rows, num_experts)
+    ids = ids.to(torch.int64)
+    if moe_align.applies(ids.shape[0], num_experts):
+        rows, block_expert = moe_align.align_pairs(ids, num_experts, bm)
+    else:
+        rows, block_expert = sort_pairs(ids, num_experts, bm)
+    return rows, block_expert, bm
+
+
 # Element constants of float weights (KIND 0), which never decode: one fixed
 # set, so float launches do not multiply by format.
 _NO_ELEMENT = element_constants(hf.E4M3)
@@ -285,35 +302,40 @@ MODES = ("auto", "fused", "predequant")
 
 def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
              a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
-             config: Optional[dict] = None, mode: str = "auto") -> torch.Tensor:
+             config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None) -> torch.Tensor:
     """See _moe_gemm_impl. Launched through the custom op moe_harness::moe_gemm,
     opaque to torch.compile (dynamo cannot trace Triton's launcher state), so
     compiled forwards keep one graph; a launch-config override (tuning only)
     calls the implementation directly."""
     if config is not None:
         return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m,
-                              config=config, mode=mode)
+                              config=config, mode=mode, layout=layout)
+    rows, block_expert, bm = layout if layout is not None else (None, None, block_m or 0)
     return _moe_gemm_op(x, ids, fw.data, fw.mult, fw.mult_bf16, fw.post_bf16, a_gscale, fw.kind,
-                        fw.fmt or "", fw.E, fw.N, fw.K, precision, block_m or 0, mode)
+                        fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert)
 
 
 @torch.library.custom_op("moe_harness::moe_gemm", mutates_args=())
 def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, mult: Optional[torch.Tensor],
                  mult_bf16: Optional[torch.Tensor], post_bf16: Optional[torch.Tensor],
                  a_gscale: Optional[torch.Tensor], kind: int, fmt: str, E: int, N: int, K: int,
-                 precision: str, block_m: int, mode: str) -> torch.Tensor:
+                 precision: str, block_m: int, mode: str, rows: Optional[torch.Tensor] = None,
+                 block_expert: Optional[torch.Tensor] = None) -> torch.Tensor:
     fw = FusedWeights(kind, data, mult, mult_bf16, post_bf16, fmt or None, E, N, K)
-    return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode)
+    layout = (rows, block_expert, block_m) if rows is not None else None
+    return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode,
+                          layout=layout)
 
 
 @_moe_gemm_op.register_fake
-def _moe_gemm_fake(x, ids, data, mult, mult_bf16, post_bf16, a_gscale, kind, fmt, E, N, K, precision, block_m, mode):
+def _moe_gemm_fake(x, ids, data, mult, mult_bf16, post_bf16, a_gscale, kind, fmt, E, N, K, precision, block_m, mode,
+                   rows=None, block_expert=None):
     return x.new_empty((x.shape[0], N), dtype=torch.float32)
 
 
 def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
                    a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
-                   config: Optional[dict] = None, mode: str = "auto") -> torch.Tensor:
+                   config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None) -> torch.Tensor:
     """x [P, K] float32 (pair rows), ids [P] int64 expert of each row -> [P, N]
     float32 = x[p] @ W[ids[p]].T. precision "bf16" with nvfp4 needs a_gscale
     (the encode-side global scale x was QDQ'd with).
@@ -356,8 +378,10 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     elif bf16:
         xk = xk.to(torch.bfloat16)
     xk = xk.contiguous()
-    bm = block_m or _block_m(P, fw.E)
-    rows, block_expert = sort_pairs(ids.to(torch.int64), fw.E, bm)
+    if layout is not None:  # (rows, block_expert, block_m) of pair_layout, shared by both GEMMs
+        rows, block_expert, bm = layout
+    else:
+        rows, block_expert, bm = pair_layout(ids, fw.E, block_m=block_m)
     run_fw, cfg_kind = fw, None
     if mode == "predequant" and fw.kind == 1:
         scratch = _dequantize(fw, torch.bfloat16 if bf16 else torch.float32, mult)

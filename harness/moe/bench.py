@@ -1,9 +1,12 @@
 """`moe-harness bench moe`: emulated NVFP4 / MXFP4 MoE forward against the bf16
-MoE forward (per-expert loop, cuBLAS) measured in the same run.
+grouped-GEMM forward and the device's limits, all measured in the same run.
 
+Every row reports its time eager and captured in a CUDA graph, the ratio to
+the bf16 `torch._grouped_mm` forward (harness/moe/baselines.py), to the
+weight-read limit of the experts its tokens routed to and, for the row mode
+"auto" picks, the issue-#13 target of its token count with a verdict.
 JSON to stdout; reports under reports/<stamp>-bench-moe/ (results.json,
-summary.md). Times are medians of CUDA-event timings; "graph" rows replay a
-CUDA-graph-captured forward (the whole emulated forward is capturable).
+summary.md). Times are medians of CUDA-event timings.
 """
 from __future__ import annotations
 
@@ -16,25 +19,35 @@ import time
 
 import torch
 
+from . import limits
+from .baselines import bf16_grouped_forward, bf16_loop_forward
+from .graphs import capture_forward
+
 SHAPES = {
     # name: (E, top_k, H, I)
     "mixtral": (8, 2, 4096, 14336),
     "qwen3-30b-a3b": (128, 8, 2048, 768),
     "tiny": (4, 2, 64, 64),
 }
-# (shape, T) -> target (ms, or ratio to bf16 if a string "x1.2")
-TARGETS = {("mixtral", 4096): "x1.2", ("mixtral", 16): 0.5, ("qwen3-30b-a3b", 16): 1.0,
-           ("qwen3-30b-a3b", 4096): 5.0}
+# Targets of issue #13, per token count: prefill against the bf16 grouped-GEMM
+# forward of the same run, decode against the fp4 weight-read limit of the
+# routed experts, single-token decode also against the predequant forward.
+PREFILL_MAX_VS_GROUPED = 1.0
+DECODE_MAX_VS_READ = 2.0
+SINGLE_MAX_VS_READ = 3.0
+SINGLE_MIN_SPEEDUP_VS_PREDEQUANT = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shapes", default="mixtral,qwen3-30b-a3b", help=f"comma list of {', '.join(SHAPES)}")
-    parser.add_argument("--tokens", default="16,4096", help="comma list of T")
+    parser.add_argument("--tokens", default="1,16,4096", help="comma list of T")
     parser.add_argument("--schemes", default="nvfp4,w_mxfp4_a_mxfp4")
     parser.add_argument("--precision", default="auto", help="fused GEMM precision: auto | ieee | bf16")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph rows")
+    parser.add_argument("--no-loop", action="store_true", help="skip the bf16 per-expert loop rows")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None)
     parser.add_argument("--report-root", default="reports")
     parser.add_argument("--no-report", action="store_true")
@@ -62,82 +75,104 @@ def _time(fn, iters: int, warmup: int, device) -> float:
     return statistics.median(ts)
 
 
-def bf16_moe_forward(hidden, router_logits, w13, w2, top_k, renormalize=True):
-    """The baseline: bf16 weights, per-expert loop over the routed tokens."""
-    from .routing import route  # noqa: PLC0415
-
-    T, H = hidden.shape
-    I = w2.shape[2]
-    w, ids = route(router_logits, top_k, renormalize=renormalize)
-    out = torch.zeros(T, H, dtype=torch.float32, device=hidden.device)
-    for e in range(w13.shape[0]):
-        tok, slot = (ids == e).nonzero(as_tuple=True)
-        if tok.numel() == 0:
-            continue
-        h = hidden[tok] @ w13[e].T
-        a = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
-        y = a @ w2[e].T
-        out.index_add_(0, tok, y.float() * w[tok, slot].unsqueeze(1))
-    return out.to(hidden.dtype)
+def _best(r: dict) -> float:
+    return r.get("graph_ms", r["eager_ms"])
 
 
-def _target_met(target, ms, bf16_ms):
-    if target is None:
-        return None
-    if isinstance(target, str):
-        return ms <= float(target[1:]) * bf16_ms
-    return ms <= target
+def _ratio(a, b):
+    return None if a is None or b is None else a / b
+
+
+def _targets(T: int, best: float, grouped: float, read_routed, predequant) -> dict:
+    """The #13 target that applies at this T, with its verdict."""
+    if T == 1:
+        out = {"target": f"<= {SINGLE_MAX_VS_READ}x routed read limit, >= {SINGLE_MIN_SPEEDUP_VS_PREDEQUANT}x "
+                         "faster than predequant"}
+        if read_routed is None or predequant is None:
+            return {**out, "target_met": None}  # limits are measured on CUDA only
+        ok = [best <= SINGLE_MAX_VS_READ * read_routed, predequant >= SINGLE_MIN_SPEEDUP_VS_PREDEQUANT * best]
+    elif T <= 64:
+        out = {"target": f"<= {DECODE_MAX_VS_READ}x read limit"}
+        if read_routed is None:
+            return {**out, "target_met": None}
+        ok = [best <= DECODE_MAX_VS_READ * read_routed]
+    else:
+        out = {"target": f"<= {PREFILL_MAX_VS_GROUPED}x bf16 grouped GEMM"}
+        ok = [best <= PREFILL_MAX_VS_GROUPED * grouped]
+    out["target_met"] = all(ok)
+    return out
 
 
 def run(args) -> dict:
     from . import build_emulated_moe, calibrate_activation_scales  # noqa: PLC0415
     from harness.kernels import fused_gemm as _fused  # noqa: PLC0415
-    from .graphs import capture_forward  # noqa: PLC0415
+
+    from .schemes import get_scheme  # noqa: PLC0415
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     tokens = [int(t) for t in str(args.tokens).split(",") if t]
     schemes = [s for s in str(args.schemes).split(",") if s]
+    lim = limits.measure(device)
     rows = []
     for shape in [s for s in str(args.shapes).split(",") if s]:
         E, k, H, I = SHAPES[shape]
-        g = torch.Generator(device=device).manual_seed(0)
+        g = torch.Generator(device=device).manual_seed(args.seed)
         w13 = (torch.randn(E, 2 * I, H, generator=g, device=device) * (1 / H ** 0.5)).to(torch.bfloat16)
         w2 = (torch.randn(E, H, I, generator=g, device=device) * (1 / I ** 0.5)).to(torch.bfloat16)
         inputs = {T: (torch.randn(T, H, generator=g, device=device).to(torch.bfloat16),
                       torch.randn(T, E, generator=g, device=device)) for T in tokens}
-        bf16_ms = {}
+        base = {}
         for T, (x, lg) in inputs.items():
+            routed = limits.routed_experts(lg, k)
+            common = {"shape": shape, "T": T, "routed_experts": routed,
+                      "tc_limit_ms": limits.tc_limit_ms(T, k, H, I, lim["bf16_tflops"])}
             with torch.no_grad():
-                bf16_ms[T] = _time(lambda: bf16_moe_forward(x, lg, w13, w2, k), args.iters, args.warmup, device)
-            rows.append({"shape": shape, "T": T, "scheme": "bf16", "path": "per-expert loop (cuBLAS)",
-                         "ms": bf16_ms[T], "vs_bf16": 1.0})
+                grouped = {"eager_ms": _time(lambda: bf16_grouped_forward(x, lg, w13, w2, k), args.iters,
+                                             args.warmup, device)}
+                if device.type == "cuda" and not args.no_graph:
+                    replay, _ = capture_forward(lambda a, b: bf16_grouped_forward(a, b, w13, w2, k),
+                                                x.clone(), lg.clone())
+                    grouped["graph_ms"] = _time(replay, args.iters, args.warmup, device)
+                    del replay
+            base[T] = _best(grouped)
+            rows.append({**common, "scheme": "bf16", "path": "grouped_mm", **grouped, "best_ms": base[T],
+                         "vs_grouped": 1.0})
+            if not args.no_loop:
+                with torch.no_grad():
+                    ms = _time(lambda: bf16_loop_forward(x, lg, w13, w2, k), args.iters, args.warmup, device)
+                rows.append({**common, "scheme": "bf16", "path": "per-expert loop", "eager_ms": ms, "best_ms": ms,
+                             "vs_grouped": ms / base[T]})
         x0, lg0 = inputs[max(tokens)]
-        a1, a2 = calibrate_activation_scales(w13[:, :, :], w2, x0[:256].float(), lg0[:256], top_k=k)
+        a1, a2 = calibrate_activation_scales(w13, w2, x0[:256].float(), lg0[:256], top_k=k)
         for scheme in schemes:
+            fmt = get_scheme(scheme).weight_fmt
             moe = build_emulated_moe(scheme, w13, w2, top_k=k, a1_gscale=a1, a2_gscale=a2, backend="fused",
                                      fused_precision=args.precision)
             prec = moe.experts._precision(device)
             for T, (x, lg) in inputs.items():
-                target = TARGETS.get((shape, T))
-                modes = ["fused"]
-                if device.type == "cuda" and T * k >= _fused.PREDEQUANT_MIN_ROWS_PER_EXPERT * E:
-                    modes.append("predequant")  # what mode "auto" picks here
-                for mode in modes:
+                routed = limits.routed_experts(lg, k)
+                read_routed = limits.read_limit_ms(routed, H, I, fmt, lim["copy_gbps"])
+                auto = "predequant" if (device.type == "cuda"
+                                        and T * k >= _fused.PREDEQUANT_MIN_ROWS_PER_EXPERT * E) else "fused"
+                timed = {}
+                for mode in ("fused", "predequant"):
+                    if mode == "predequant" and device.type != "cuda":
+                        continue  # the interpreter runs one path; predequant is a GPU speed mode
                     moe.experts.fused_mode = mode
-                    with torch.no_grad():
-                        ms = _time(lambda: moe(x, lg), args.iters, args.warmup, device)
-                    rows.append({"shape": shape, "T": T, "scheme": scheme, "path": f"{mode} eager ({prec})",
-                                 "ms": ms, "vs_bf16": ms / bf16_ms[T], "target": target,
-                                 "target_met": _target_met(target, ms, bf16_ms[T])})
-                    if device.type == "cuda" and not args.no_graph:
-                        with torch.no_grad():
-                            replay, _ = capture_forward(moe, x.clone(), lg.clone())
-                            gms = _time(replay, args.iters, args.warmup, device)
-                        del replay
-                        rows.append({"shape": shape, "T": T, "scheme": scheme, "path": f"{mode} graph ({prec})",
-                                     "ms": gms, "vs_bf16": gms / bf16_ms[T], "target": target,
-                                     "target_met": _target_met(target, gms, bf16_ms[T])})
+                    timed[mode] = _timed_moe(moe, x, lg, args, device)
                 moe.experts.fused_mode = "auto"
+                for mode, r in timed.items():
+                    best = _best(r)
+                    pre = _best(timed["predequant"]) if "predequant" in timed else None
+                    rows.append({
+                        "shape": shape, "T": T, "scheme": scheme, "weight_format": fmt,
+                        "path": f"{mode}{' (auto)' if mode == auto else ''} ({prec})", **r, "best_ms": best,
+                        "routed_experts": routed, "read_limit_ms": read_routed,
+                        "tc_limit_ms": limits.tc_limit_ms(T, k, H, I, lim["bf16_tflops"]),
+                        "vs_grouped": best / base[T], "vs_read_limit": _ratio(best, read_routed),
+                        "predequant_over_this": _ratio(pre, best),
+                        **(_targets(T, best, base[T], read_routed, pre) if mode == auto else {}),
+                    })
             moe = None  # free the GPU memory before empty_cache
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -147,20 +182,43 @@ def run(args) -> dict:
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "triton": triton.__version__,
+        "torch": torch.__version__, "triton": triton.__version__, "seed": args.seed,
+        "limits": lim,
         "command": "moe-harness bench moe " + " ".join(sys.argv[3:] if sys.argv[1:3] == ["bench", "moe"] else sys.argv[1:]),
         "results": rows,
     }
 
 
+def _timed_moe(moe, x, lg, args, device) -> dict:
+    with torch.no_grad():
+        r = {"eager_ms": _time(lambda: moe(x, lg), args.iters, args.warmup, device)}
+        if device.type == "cuda" and not args.no_graph:
+            replay, _ = capture_forward(moe, x.clone(), lg.clone())
+            r["graph_ms"] = _time(replay, args.iters, args.warmup, device)
+            del replay
+    return r
+
+
+def _f(v, fmt="{:.3f}"):
+    return "" if v is None else fmt.format(v)
+
+
 def markdown(result: dict) -> str:
-    lines = [f"MoE bench {result['date']} on {result['device']} (torch {result['torch']}, triton {result['triton']})", "",
-             "| shape | T | scheme | path | ms | vs bf16 | target | met |", "|---|---|---|---|---|---|---|---|"]
+    lim = result.get("limits", {})
+    lines = [f"MoE bench {result['date']} on {result['device']} (torch {result['torch']}, triton {result['triton']}, "
+             f"seed {result.get('seed')})", "",
+             f"Measured limits: copy {_f(lim.get('copy_gbps'), '{:.0f}')} GB/s, "
+             f"bf16 GEMM {_f(lim.get('bf16_tflops'), '{:.0f}')} TFLOP/s.", "",
+             "| shape | T | scheme | path | eager ms | graph ms | vs grouped | read limit ms (routed) | vs read | "
+             "predequant / this | target | met |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["results"]:
-        t = r.get("target")
-        lines.append(f"| {r['shape']} | {r['T']} | {r['scheme']} | {r['path']} | {r['ms']:.3f} | {r['vs_bf16']:.2f}x | "
-                     f"{'' if t is None else (t if isinstance(t, str) else f'<= {t} ms')} | "
-                     f"{'' if r.get('target_met') is None else ('yes' if r['target_met'] else 'no')} |")
+        met = r.get("target_met")
+        lines.append(
+            f"| {r['shape']} | {r['T']} | {r['scheme']} | {r['path']} | {_f(r.get('eager_ms'))} | "
+            f"{_f(r.get('graph_ms'))} | {_f(r.get('vs_grouped'), '{:.2f}x')} | "
+            f"{_f(r.get('read_limit_ms'))} ({r.get('routed_experts', '')}) | {_f(r.get('vs_read_limit'), '{:.2f}x')} | "
+            f"{_f(r.get('predequant_over_this'), '{:.1f}x')} | {r.get('target', '')} | "
+            f"{'' if met is None else ('yes' if met else '**no**')} |")
     return "\n".join(lines) + "\n"
 
 

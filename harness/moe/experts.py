@@ -116,7 +116,7 @@ class ExpertsBase(torch.nn.Module):
             backend=self.op_backend)
         return xq
 
-    def _gemm(self, x, ids, which: int, w_unfused):
+    def _gemm(self, x, ids, which: int, w_unfused, layout=None):
         if self.backend == "fused":
             from harness.kernels import fused_gemm  # noqa: PLC0415
 
@@ -124,7 +124,7 @@ class ExpertsBase(torch.nn.Module):
             if self.scheme.two_level:
                 a_gscale = self.a1_input_scale() if which == 0 else self.a2_input_scale()
             return fused_gemm.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
-                                       a_gscale=a_gscale, mode=self.fused_mode)
+                                       a_gscale=a_gscale, mode=self.fused_mode, layout=layout)
         return _grouped_gemm_unfused(x, ids, w_unfused[which])
 
     def _precision(self, device) -> str:
@@ -143,7 +143,12 @@ class ExpertsBase(torch.nn.Module):
         w = self.dequantize_weights() if self.backend == "unfused" else None
         ids = topk_ids.reshape(-1).to(torch.int64)
         xs = x.unsqueeze(1).expand(T, k, H).reshape(T * k, H)
-        h1 = self._gemm(xs, ids, 0, w)
+        layout = None
+        if self.backend == "fused":  # one expert-sorted layout for both GEMMs
+            from harness.kernels import fused_gemm  # noqa: PLC0415
+
+            layout = fused_gemm.pair_layout(ids, self._kernel_weights[0].E)
+        h1 = self._gemm(xs, ids, 0, w, layout)
         if self.backend == "fused" and activation == "silu" and h1.is_cuda:
             from harness.kernels import fused_act  # noqa: PLC0415  (bitwise the torch op, one pass)
 
@@ -151,7 +156,7 @@ class ExpertsBase(torch.nn.Module):
         else:
             g = act(h1)
         a = self.quantize_activation(g, self.a2_input_scale())
-        h2 = self._gemm(a, ids, 1, w)
+        h2 = self._gemm(a, ids, 1, w, layout)
         if self.trace is not None:
             self.trace.update(a1=x, h1=h1, a2_in=g, a2=a, h2=h2)
         out = (h2.reshape(T, k, H) * topk_weights.to(torch.float32).unsqueeze(-1)).sum(dim=1)

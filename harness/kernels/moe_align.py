@@ -1,0 +1,67 @@
+"""The expert-sorted pair layout of the fused MoE GEMM in one launch.
+
+`sort_pairs(ids, E, block_m)` (fused_gemm.py) builds it with ~17 torch ops:
+pairs stably sorted by expert, each expert's rows padded to block_m, rows =
+pair id or -1, block_expert = expert of each BLOCK_M block or -1. At decode
+sizes those launches cost more than the sort itself, so for up to MAX_PAIRS
+pairs one Triton program computes the same two tensors (bit for bit; a test
+holds them equal on every input it draws):
+
+- rank of a pair among the pairs of its expert = number of earlier pairs
+  with the same expert (a [P, P] comparison: what makes the sort stable);
+- per-expert counts, padded counts and their running sum from a [E, P]
+  comparison and tl.cumsum;
+- dest = padded start of the pair's expert + rank; rows = -1, then pair ids
+  at dest; block b belongs to the number of experts whose padded end is
+  <= b * block_m (searchsorted, right), -1 past the last expert.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+from .launch import run_kernel
+from .loader import kernels
+
+MAX_PAIRS = 128  # [P, P] int32 comparison in one program: 16K elements
+MAX_EXPERTS = 256
+NUM_WARPS = 4
+FILL_CHUNK = 64  # rows / blocks written per loop step
+
+
+def _kernel(interpret: bool):
+    """The layout kernel (moe_align_src.py): compiled, or the interpreter's copy."""
+    return kernels(interpret, "moe_align_src")._align_kernel
+
+
+def applies(num_pairs: int, num_experts: int) -> bool:
+    return 0 < num_pairs <= MAX_PAIRS and num_experts <= MAX_EXPERTS
+
+
+def meta(num_pairs: int, num_experts: int) -> dict:
+    return dict(P_PAD=max(16, triton.next_power_of_2(num_pairs)),
+                E_PAD=max(16, triton.next_power_of_2(num_experts)), FILL=FILL_CHUNK, num_warps=NUM_WARPS)
+
+
+def num_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
+    """Upper bound on BLOCK_M blocks (as sort_pairs): ceil(P / block_m) + E."""
+    return (num_pairs + block_m - 1) // block_m + num_experts
+
+
+def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
+    """ids [P] int64 (P <= MAX_PAIRS) -> (rows [nb * block_m] int64, block_expert [nb] int32),
+    equal to fused_gemm.sort_pairs(ids, num_experts, block_m)."""
+    P = ids.shape[0]
+    if not applies(P, num_experts):
+        raise ValueError(f"align_pairs: {P} pairs / {num_experts} experts is outside the one-program "
+                         f"kernel (<= {MAX_PAIRS} pairs, <= {MAX_EXPERTS} experts)")
+    nb = num_blocks(P, num_experts, block_m)
+    rows = torch.empty(nb * block_m, dtype=torch.int64, device=ids.device)
+    block_expert = torch.empty(nb, dtype=torch.int32, device=ids.device)
+    interpret = ids.device.type != "cuda"
+    kw = meta(P, num_experts)
+    if interpret:
+        kw.pop("num_warps")
+    run_kernel(_kernel(interpret), (1,), (ids.contiguous(), rows, block_expert, P, num_experts, nb, nb * block_m, block_m),
+               kw, interpret)
+    return rows, block_expert

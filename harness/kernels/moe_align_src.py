@@ -1,0 +1,39 @@
+"""Triton source of the one-launch pair layout (host code: moe_align.py)."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _sum(x, axis: tl.constexpr):
+    """tl.reduce with triton's own sum combiner: the same code compiled and
+    interpreted (tl.sum is one of triton's jit functions)."""
+    return tl.reduce(x, axis, tl.standard._sum_combine)
+
+
+@triton.jit
+def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS, BLOCK_M,
+                  P_PAD: tl.constexpr, E_PAD: tl.constexpr, FILL: tl.constexpr):
+    offs = tl.arange(0, P_PAD)
+    pm = offs < P
+    e = tl.load(ids_ptr + offs, mask=pm, other=-1).to(tl.int32)  # -1: a padding lane, no expert
+    earlier = (e[:, None] == e[None, :]) & (offs[None, :] < offs[:, None])
+    rank = _sum(earlier.to(tl.int32), 1)
+    ex = tl.arange(0, E_PAD)
+    onehot = e[None, :] == ex[:, None]  # [E_PAD, P_PAD]
+    cnt = _sum(onehot.to(tl.int32), 1)
+    padded = (cnt + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    pad_end = tl.associative_scan(padded, 0, tl.standard._sum_combine)
+    pad_start = pad_end - padded
+    start_of_pair = _sum(tl.where(onehot, pad_start[:, None], 0), 0)  # [P_PAD]
+    dest = start_of_pair + rank
+    for r0 in range(0, NROWS, FILL):
+        ro = r0 + tl.arange(0, FILL)
+        tl.store(rows_ptr + ro, tl.full((FILL,), -1, tl.int64), mask=ro < NROWS)
+    tl.debug_barrier()  # the -1 fill lands before the pair ids (other threads' lanes)
+    tl.store(rows_ptr + dest, offs.to(tl.int64), mask=pm)
+    for b0 in range(0, NB, FILL):
+        bo = b0 + tl.arange(0, FILL)
+        # Lanes past E hold pad_end = the total: counted only where be >= E already.
+        before = pad_end[None, :] <= (bo * BLOCK_M)[:, None]
+        be = _sum(before.to(tl.int32), 1)
+        tl.store(block_expert_ptr + bo, tl.where(be < E, be, -1), mask=bo < NB)
