@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.formats import FLOAT_DTYPES, FORMAT_NAMES
+from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
 from . import fused_act, fused_gemm
 from .launch_aot import ptr
@@ -50,7 +50,7 @@ def gemm_variants(backend: str):
             for even in (True, False):
                 tail = "even" if even else "masked"
                 for fmt in weight_formats():
-                    post = bf16 and fmt == "nvfp4"  # post_bf16: 1/(gs_w * gs_a) after the dot
+                    post = bf16 and not get_format(fmt).is_mx  # post_bf16: 1/(gs_w * gs_a) after the dot
                     # mode "fused": codes decoded in the K loop
                     meta = fused_gemm.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
                                            config={"EVEN_NK": even}, rocm=rocm)
