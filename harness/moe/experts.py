@@ -10,7 +10,7 @@ Data flow of ExpertsBase.apply (P = T * top_k token/expert pairs, p = t*k + j):
     h2 = grouped GEMM: a @ W2[e].T               [P, H]
     out[t] = sum_j topk_weights[t, j] * h2[t*k + j]  -> hidden.dtype
 
-Contracts (each one an upstream bug class, see shared/UPSTREAM-BUGS.md):
+Contracts (each one an upstream bug class, see docs/upstream-bugs.md):
 - expects_unquantized_inputs = True: the BASE apply() quantizes a1; emulation
   subclasses must NOT quantize before calling super().apply() (double QDQ).
   When False the caller (FusedMoE's prepare step) has quantized a1 already.
