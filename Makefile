@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(HARNESS_TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[test,lmeval,pipelines,conformance]"
+	# vLLM's emulation functions for `moe-harness conform`: its pinned torch stack is not wanted
+	$(BIN)/python -m pip install -q --no-deps "vllm==0.33.0" "pyzmq>=25"
 	touch $(STAMP)
 
 install: $(STAMP)

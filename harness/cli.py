@@ -21,6 +21,7 @@ BENCHES = {
     "moe": ("harness.moe.bench", "emulated MoE forward vs bf16"),
     "eval": ("harness.lmeval.bench", "tiny-model eval wall time"),
     "config-validate": ("harness.lmeval.bench_config", "wall time of eval --dry-run on one config (fresh interpreters)"),
+    "conform": ("harness.conformance.bench", "wall time of moe-harness conform over every installed adapter"),
 }
 
 

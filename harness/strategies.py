@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-from harness.formats import FORMAT_NAMES, FORMATS, ROUNDINGS, SCALE_MODES, decode_value
+from harness.formats import FORMATS, NVFP4_GS_NUMERATOR, ROUNDINGS, SCALE_MODES, decode_value, get_format
 from harness.formats.spec import FormatSpec
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -50,12 +50,13 @@ class BlockCase:
         return f"BlockCase(fmt={self.fmt!r}, dtype={self.x.dtype}, shape={tuple(self.x.shape)}, kinds={self.kinds},\n  x={self.x!r})"
 
 
-def formats(names=FORMAT_NAMES):
-    return st.sampled_from(tuple(names))
+def formats(names=None):
+    """Format names: `names`, or every row of the table as it is now."""
+    return st.sampled_from(tuple(FORMATS if names is None else names))
 
 
 def mx_formats():
-    return formats(tuple(n for n in FORMAT_NAMES if FORMATS[n].is_mx))
+    return formats(tuple(n for n, f in FORMATS.items() if f.is_mx))
 
 
 def scale_modes():
@@ -70,11 +71,13 @@ def dtypes(allowed=DTYPES):
     return st.sampled_from(tuple(allowed))
 
 
-def global_scales(allow_none: bool = True):
-    """Encode-side NVFP4 global scales: 2688/amax for amax over a wide range,
-    exact powers of two, and None (meaning 1.0)."""
+def global_scales(allow_none: bool = True, fmt=None):
+    """Encode-side global scales of a two-level row (nvfp4 when fmt is None):
+    gs_numerator/amax (2688/amax for nvfp4) for amax over a wide range, exact
+    powers of two, and None (meaning 1.0)."""
+    numerator = NVFP4_GS_NUMERATOR if fmt is None else get_format(fmt).gs_numerator
     from_amax = st.floats(min_value=2.0**-20, max_value=2.0**20, allow_nan=False, allow_infinity=False).map(
-        lambda a: float(torch.tensor(2688.0, dtype=torch.float32) / torch.tensor(a, dtype=torch.float32))
+        lambda a: float(torch.tensor(numerator, dtype=torch.float32) / torch.tensor(a, dtype=torch.float32))
     )
     pow2 = st.integers(-20, 20).map(lambda e: math.ldexp(1.0, e))
     choices = [from_amax, pow2]
@@ -191,7 +194,7 @@ def finite_float32(draw, lo_exp: int = -149, hi_exp: int = 127):
 # float64 forward's GEMM inputs) times `act_scale`; fp8 static decode-side
 # scales amax/448 times 1/act_scale, or dynamic (None) when act_scale == 0.
 
-MOE_BLOCK = 32  # multiple of every block size (nvfp4 16, MX 32)
+MOE_BLOCK = max(f.block_size for f in FORMATS.values())  # a multiple of every block size (nvfp4 16, MX 32)
 MOE_LOGIT_STYLES = ("grid", "ties", "extreme", "distinct")
 MOE_ACT_SCALES = (1.0, 0.37, 2.9)  # calibration factor (1 = calibrated)
 
@@ -200,6 +203,12 @@ def _moe_scheme_names():
     from harness.moe.schemes import SCHEME_NAMES
 
     return SCHEME_NAMES
+
+
+def _moe_scheme(name):
+    from harness.moe.schemes import get_scheme
+
+    return get_scheme(name)
 
 
 @dataclass
@@ -300,10 +309,11 @@ def moe_problems(draw, scheme=None, *, max_experts: int = 64, max_tokens: int = 
     dtype = draw(st.sampled_from(("float32", "float32", "float32", "bfloat16")))  # bf16 in 1/4 of draws:
     # its output rounding (2^-9 relative) dominates the tolerance, so it tests less
     ckpt, act_scale = "native", 1.0
-    if scheme == "nvfp4":
+    row = _moe_scheme(scheme)
+    if row.two_level:
         ckpt = draw(st.sampled_from(("modelopt", "compressed_tensors")))
         act_scale = draw(st.sampled_from(MOE_ACT_SCALES))
-    elif scheme == "w_mxfp4_a_fp8":
+    elif row.act_fmt == "fp8":
         act_scale = draw(st.sampled_from((0.0,) + MOE_ACT_SCALES))
     return MoEProblem(scheme, E, top_k, H, I, T, seed, scoring, renormalize, activation, style, spread,
                       ckpt, act_scale, token_spread, dtype)

@@ -33,15 +33,15 @@ FAULTS = [
      "return (lo | (hi << 4)).contiguous()", "return (hi | (lo << 4)).contiguous()",
      [P + "test_formats_packing.py"]),
     ("floor scale via float32 log2", "harness/formats/scales.py",
-     'if scale_mode == "floor":\n        return _fp32_exponent(amax) - el.emax',
-     'if scale_mode == "floor":\n        return torch.floor(torch.log2(amax)).to(torch.int32) - el.emax',
+     'if code == SCALE_FLOOR:\n        return _fp32_exponent(amax) - el.emax',
+     'if code == SCALE_FLOOR:\n        return torch.floor(torch.log2(amax)).to(torch.int32) - el.emax',
      [P + "test_formats_special.py::test_floor_uses_exponent_bits_not_float32_log2", P + "test_formats_oracles.py"]),
     ("signed zero dropped", "harness/formats/minifloat.py",
-     "sign = (v.view(torch.int32) < 0)", "sign = (v < 0)",
+     "negative = v.view(torch.int32) < 0", "negative = v < 0",
      [P + "test_formats_special.py::test_signed_zero_kept", P + "test_formats_qdq.py::test_sign_symmetry"]),
     ("nvfp4 dequant (e2m1*s)/gs", "harness/formats/quant.py",
      "    out = vals * _block_multipliers(spec, byte, gs, codes.shape[:-1]).unsqueeze(-1)",
-     "    out = vals * _block_multipliers(spec, byte, gs, codes.shape[:-1]).unsqueeze(-1)\n    if not spec.is_mx:\n        out = (vals * scales.e4m3_decode(byte).unsqueeze(-1)) / (gs.reshape(-1, 1, 1) if gs.dim() else gs)",
+     "    out = vals * _block_multipliers(spec, byte, gs, codes.shape[:-1]).unsqueeze(-1)\n    if not spec.is_mx:\n        out = (vals * scales.block_scale_decode(spec, byte).unsqueeze(-1)) / (gs.reshape(-1, 1, 1) if gs.dim() else gs)",
      [P + "test_formats_special.py::test_nvfp4_operation_order", P + "test_formats_oracles.py::test_matches_vllm_nvfp4_emulation"]),
     ("E8M0 byte not clamped below 0 (wraps)", "harness/formats/scales.py",
      "byte = torch.clamp(shared + E8M0_BIAS, 0, E8M0_MAX_BYTE)", "byte = torch.clamp(shared + E8M0_BIAS, -255, E8M0_MAX_BYTE)",
@@ -60,7 +60,7 @@ FAULTS = [
      '    elif rounding == "away":\n        return torch.floor(q + 0.5)',
      [P + "test_formats_special.py::test_element_rounding_is_exact_near_half_of_smallest_code"]),
     ("nvfp4 scale 1/6 as exact division", "harness/formats/quant.py",
-     "gs * (amax * _ONE_SIXTH)", "(gs * amax) / 6.0",
+     "gs * (amax * spec.inv_elem_max)", "(gs * amax) / spec.elem_max",
      [P + "test_formats_special.py::test_nvfp4_block_scale_formula", P + "test_formats_oracles.py::test_matches_vllm_nvfp4_emulation"]),
     ("rceil: >= instead of > on the fraction", "harness/formats/scales.py",
      "(frac_a > frac_m)", "(frac_a >= frac_m)",
@@ -88,7 +88,7 @@ FAULTS += [
     ("kernel: rceil >= instead of >", K, "((amax_bits & F32_FRAC_MASK) > RCEIL_MANT)", "((amax_bits & F32_FRAC_MASK) >= RCEIL_MANT)", KT),
     ("kernel: even-mode half-ulp one bit too low", "harness/kernels/constants.py",
      '"EVEN_ADD": 1 << (F32_MANT_BITS - 1 - el.mbits)', '"EVEN_ADD": 1 << (F32_MANT_BITS - 2 - el.mbits)', KT),
-    ("fused MoE GEMM: unmasked loads on tiles that do not divide N, K", "harness/moe/fused.py",
+    ("fused MoE GEMM: unmasked loads on tiles that do not divide N, K", "harness/kernels/fused_gemm.py",
      '        cfg.pop(flag, None)\n    cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)',
      '        cfg.pop(flag, None)\n    cfg.setdefault("EVEN_NK", True)', [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide"]),
 ]
@@ -148,6 +148,20 @@ FAULTS += [
     ("conform: registry ignores the implementation name", "harness/conformance/divergences.py",
      "        if impl_name != self.implementation or case.stage not in self.stages:",
      "        if case.stage not in self.stages:", [C + "test_registry_and_protocol.py"]),
+]
+
+# The one-row promise (issue 12): a two-level row's rule reads the row, in the
+# reference and in the kernels; an unknown scale-mode code is a compile error.
+SR = P + "test_synthetic_rows.py"
+FAULTS += [
+    ("two-level rule with NVFP4's element max (reference)", "harness/formats/quant.py",
+     "torch.clamp(xb * r, -spec.elem_max, spec.elem_max)", "torch.clamp(xb * r, -6.0, 6.0)",
+     [SR + "::test_two_level_rule_reads_the_row_hand_computed"]),
+    ("kernel: two-level block scale from NVFP4's fl(1/6)", "harness/kernels/constants.py",
+     'consts["INV_ELEM_MAX"] = spec.inv_elem_max', 'consts["INV_ELEM_MAX"] = f32(1.0 / 6.0)',
+     [SR + "::test_kernels_match_reference"]),
+    ("kernel: an unknown scale mode falls into rceil", K,
+     "elif SCALE_MODE == SCALE_RCEIL:", "elif True:", [P + "test_kernel_scale_modes.py"]),
 ]
 
 

@@ -65,7 +65,8 @@ def capture_and_compile(dev) -> dict:
 
 def gemm_contract(dev) -> dict:
     import harness.moe as hm  # noqa: PLC0415
-    from harness.moe import fused, ops  # noqa: PLC0415
+    from harness.kernels import fused_gemm as fused  # noqa: PLC0415
+    from harness.moe import ops  # noqa: PLC0415
     from harness.moe.experts import _grouped_gemm_unfused  # noqa: PLC0415
 
     g = torch.Generator(device=dev).manual_seed(1)
@@ -86,7 +87,7 @@ def gemm_contract(dev) -> dict:
         a_gs = None
         xs = x.repeat_interleave(k, 0)
         if s.act_fmt is not None:
-            if s.is_nvfp4:
+            if s.two_level:
                 import harness.formats as hf  # noqa: PLC0415
 
                 a_gs = hf.nvfp4_global_scale(xs.abs().amax())
@@ -102,7 +103,8 @@ def gemm_contract(dev) -> dict:
 
 def int64_offsets(dev) -> dict:
     """Expert weights past 2^31 bytes: the last expert's rows must be right."""
-    from harness.moe import fused, ops  # noqa: PLC0415
+    from harness.kernels import fused_gemm as fused  # noqa: PLC0415
+    from harness.moe import ops  # noqa: PLC0415
     import harness.formats as hf  # noqa: PLC0415
 
     E, N, K = 40, 28672, 4096
@@ -179,13 +181,13 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
     res: dict = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__}
-    from harness.moe.fused import launch_tables  # noqa: PLC0415
+    from harness.kernels.fused_gemm import launch_tables  # noqa: PLC0415
 
     res["fused_launch_tables"] = launch_tables()
     from harness.moe.checks import run_checks  # noqa: PLC0415
 
     if a.tune:
-        from harness.moe import fused  # noqa: PLC0415
+        from harness.kernels import fused_gemm as fused  # noqa: PLC0415
         from tools import tune  # noqa: PLC0415
 
         _guard(res, "dequant_exactness", lambda: tune.dequant_exactness(dev))
@@ -201,7 +203,7 @@ def main(argv=None) -> int:
 
     steps = set(a.steps.split(","))
     if "tune_predequant" in steps:
-        from harness.moe import fused  # noqa: PLC0415
+        from harness.kernels import fused_gemm as fused  # noqa: PLC0415
         from tools import tune  # noqa: PLC0415
 
         _guard(res, "tune_predequant", lambda: tune.tune_predequant(dev))

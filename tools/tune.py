@@ -1,7 +1,7 @@
 """Measure launch configurations of the fused MoE GEMM on the GPU
 (`python -m tools.tune`): decode/load variants, then tiles, on the
 Mixtral GEMM1 shape at T=4096 (BLOCK_M 128) and T=16 (BLOCK_M 16). Prints
-JSON; `best` is what fused.GPU_CONFIGS should hold."""
+JSON; `best` is what fused_gemm.GPU_CONFIGS should hold."""
 from __future__ import annotations
 
 import itertools
@@ -26,7 +26,8 @@ def _ms(fn, iters=10, warmup=2):
 
 def dequant_exactness(dev) -> dict:
     import harness.moe as hm  # noqa: PLC0415
-    from harness.moe import fused, ops  # noqa: PLC0415
+    from harness.kernels import fused_gemm as fused  # noqa: PLC0415
+    from harness.moe import ops  # noqa: PLC0415
 
     g = torch.Generator(device=dev).manual_seed(3)
     w = torch.randn(2, 64, 256, generator=g, device=dev)
@@ -45,7 +46,7 @@ def dequant_exactness(dev) -> dict:
 
 def tune(dev, fast_decode_ok: bool = True) -> dict:
     import harness.moe as hm  # noqa: PLC0415
-    from harness.moe import fused  # noqa: PLC0415
+    from harness.kernels import fused_gemm as fused  # noqa: PLC0415
 
     E, k, H, I = 8, 2, 4096, 14336
     g = torch.Generator(device=dev).manual_seed(0)
@@ -114,7 +115,7 @@ def tune_predequant(dev) -> dict:
     """Tiles of mode "predequant" (dequant pass + grouped GEMM on bf16 weights),
     Mixtral GEMM1 at T=4096, MXFP4."""
     import harness.moe as hm  # noqa: PLC0415
-    from harness.moe import fused  # noqa: PLC0415
+    from harness.kernels import fused_gemm as fused  # noqa: PLC0415
 
     E, k, H, I, T = 8, 2, 4096, 14336, 4096
     g = torch.Generator(device=dev).manual_seed(0)

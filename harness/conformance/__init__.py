@@ -7,8 +7,10 @@ Modules: protocol (what an implementation declares and provides), registry
 table), exact (the spec in rational arithmetic), verdict (who is right),
 shrink (minimal failing block), divergences (+ divergences.yaml: the reviewed
 registry of known divergences), compare (one cell), runner (a whole run),
-report (JSON, markdown, heat map), command (the CLI), check (the pytest
-plugin's `conformance.check`), adapters/ (shipped implementations).
+report (JSON, markdown, heat map), command (the CLI), bench (`moe-harness
+bench conform`), check (the pytest plugin's `conformance.check`), adapters/
+(shipped implementations: reference, harness-triton, torchao, compressed-tensors,
+amd-quark, nvidia-modelopt, vLLM).
 """
 from .protocol import STAGES, Implementation, Unavailable
 from .registry import GROUP, available_names, get_implementation, register_implementation

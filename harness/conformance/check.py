@@ -42,7 +42,7 @@ def check(fn, fmt: str, scale_mode: str = "floor", rounding: str = "rne", stage:
         raise ValueError(f"stage {stage!r}: check takes a qdq or a quantize function")
     kwargs = {"qdq": _wrap(fn, stage)} if stage == "qdq" else {"quantize": _wrap(fn, stage)}
     impl = Implementation(name=name, version=version, formats=(spec.name,),
-                          scale_modes=(scale_mode,) if spec.is_mx else ("floor",), roundings=(rounding,),
+                          scale_modes=(scale_mode,) if spec.is_mx else spec.scale_modes, roundings=(rounding,),
                           input_dtypes=tuple(dtypes), conventions={"global_scale": global_scale}, **kwargs)
     data = run_conformance([impl], formats=[spec.name], seed=seed, random_blocks=random_blocks,
                            registry=dv.default_registry() if registry is None else registry)

@@ -55,13 +55,15 @@ def ref_scale_byte_zero(case: BlockCase) -> bool:
 
 
 def rceil_float32_log2_low(case: BlockCase) -> bool:
-    """amax/max_normal in float32 lies above a power of two whose float32
-    log2 is nevertheless an integer (so ceil(log2) misses the next binade)."""
+    """amax/max_normal in float32, a normal number, lies above a power of two
+    whose float32 log2 is nevertheless an integer (so ceil(log2) misses the
+    next binade). A subnormal quotient is rceil_quotient_float32_subnormal."""
     spec = hf.get_format(case.fmt)
     d = _amax_f32(case) / spec.max_normal
     l2 = torch.log2(d)
     above_pow2 = bool((d.view(torch.int32) & 0x7FFFFF) != 0)
-    return bool(d > 0) and bool(torch.isfinite(d)) and above_pow2 and bool(l2 == torch.floor(l2))
+    normal = bool(d >= 2.0 ** -126)
+    return normal and bool(torch.isfinite(d)) and above_pow2 and bool(l2 == torch.floor(l2))
 
 
 def block_has_inf(case: BlockCase) -> bool:
@@ -128,10 +130,140 @@ def only_signed_zero_differs(case: BlockCase) -> bool:
     return all(a == 0 and b == 0 and math.copysign(1, b) < 0 < math.copysign(1, a) for a, b in diffs)
 
 
+def _exact_amax(case: BlockCase):
+    from fractions import Fraction
+
+    return max(abs(Fraction(v)) for v in case.xs)
+
+
+def _finite_nonzero(case: BlockCase) -> bool:
+    return all(math.isfinite(v) for v in case.xs) and any(v != 0 for v in case.xs)
+
+
+def block_has_nan(case: BlockCase) -> bool:
+    return any(math.isnan(v) for v in case.xs)
+
+
+def block_not_finite(case: BlockCase) -> bool:
+    return not all(math.isfinite(v) for v in case.xs)
+
+
+def log2_in_input_dtype_moves_exponent(case: BlockCase) -> bool:
+    """floor / ceil of log2(amax) evaluated by torch in the input dtype (its
+    result rounded to that dtype) differs from the exact floor / ceil: just
+    below a power of two the rounded log2 reaches the integer (floor one
+    high), just above it falls back onto it (ceil one low)."""
+    if case.mode not in ("floor", "ceil") or not _finite_nonzero(case):
+        return False
+    from . import exact
+
+    amax = _exact_amax(case)
+    l2 = torch.log2(torch.tensor(float(amax), dtype=torch.float64).to(case.dtype))
+    rounded = torch.floor(l2) if case.mode == "floor" else torch.ceil(l2)
+    want = exact.floor_log2(amax) if case.mode == "floor" else exact.ceil_log2(amax)
+    return int(rounded) != want
+
+
+def mx_scale_underflows_input_dtype(case: BlockCase) -> bool:
+    """2^(shared exponent) (floor / ceil, unclamped) is below the input
+    dtype's smallest subnormal, so a scale computed in that dtype is 0."""
+    if case.mode not in ("floor", "ceil") or not _finite_nonzero(case):
+        return False
+    from . import exact
+
+    mbits, emin, _ = exact.FLOAT_LAYOUT[case.dtype]
+    e = exact.mx_shared_exponent(_exact_amax(case), hf.get_format(case.fmt), case.mode)
+    return e < emin - mbits
+
+
+def mx_shared_exponent_below_e8m0(case: BlockCase) -> bool:
+    """The unclamped shared exponent is below E8M0's smallest, 2^-127 (the
+    spec clamps the byte to 0; an implementation keeping 2^e is finer)."""
+    if not _finite_nonzero(case):
+        return False
+    from . import exact
+
+    return exact.mx_shared_exponent(_exact_amax(case), hf.get_format(case.fmt), case.mode) < -exact.E8M0_BIAS
+
+
+def even_rounded_amax_overflows_float32(case: BlockCase) -> bool:
+    """Mode even: amax rounded up to the element's mantissa width carries
+    out of float32's largest binade (amax >= (2 - 2^-(mbits+1)) * 2^127), so
+    a float32 rounding of it is +Inf."""
+    if case.mode != "even" or not _finite_nonzero(case):
+        return False
+    from fractions import Fraction
+
+    mbits = hf.get_format(case.fmt).element.mbits
+    return _exact_amax(case) >= Fraction(2) ** 127 * (2 - Fraction(2) ** -(mbits + 1))
+
+
+def even_rounded_amax_overflows_input_dtype(case: BlockCase) -> bool:
+    """Mode even: amax rounded up to the element's mantissa width in the
+    input dtype's own bits carries past that dtype's largest binade
+    (amax >= (2 - 2^-(mbits+1)) * 2^emax of the dtype): the rounded amax is
+    +Inf there."""
+    if case.mode != "even" or not _finite_nonzero(case):
+        return False
+    from fractions import Fraction
+
+    from . import exact
+
+    _, _, emax = exact.FLOAT_LAYOUT[case.dtype]
+    mbits = hf.get_format(case.fmt).element.mbits
+    return _exact_amax(case) >= Fraction(2) ** emax * (2 - Fraction(2) ** -(mbits + 1))
+
+
+def amax_below_input_dtype_min_normal(case: BlockCase) -> bool:
+    """Finite block whose amax is 0 or a subnormal of the input dtype (no
+    exponent field to read a scale from)."""
+    if not all(math.isfinite(v) for v in case.xs):
+        return False
+    from . import exact
+
+    _, emin, _ = exact.FLOAT_LAYOUT[case.dtype]
+    return _exact_amax(case) < 2.0 ** emin
+
+
+def rceil_quotient_float32_subnormal(case: BlockCase) -> bool:
+    """RCEIL computed as ceil(log2(fl(amax / max_normal))) in float32 where
+    the quotient is a float32 subnormal: it is rounded to a coarse grid, and
+    where it lands on a power of two at or below the exact quotient the byte
+    comes out one low."""
+    if case.mode != "rceil" or not _finite_nonzero(case):
+        return False
+    from . import exact
+
+    spec = hf.get_format(case.fmt)
+    d = _amax_f32(case) / spec.max_normal
+    if not (0 < float(d) < 2.0 ** -126):
+        return False
+    return int(torch.ceil(torch.log2(d))) != exact.mx_shared_exponent(_exact_amax(case), spec, "rceil")
+
+
+def nvfp4_decode_side_global_scale(case: BlockCase) -> bool:
+    """Dequantized with the block scale times a stored decode-side 1/gs,
+    fl(s * fl(1/gs)), where the convention divides, fl(s / gs): the two
+    multipliers differ by an ulp for this block's scale s."""
+    if case.stage != "dequantize":
+        return False
+    s = hf.decode_value(E4M3, case.ref_scale)
+    if not math.isfinite(s) or s == 0:
+        return False
+    g = torch.tensor(1.0 if case.gs is None else case.gs, dtype=torch.float32)
+    st = torch.tensor(s, dtype=torch.float32)
+    return bool(st * (1.0 / g) != st / g)
+
+
 PREDICATES = {f.__name__: f for f in (ref_scale_byte_zero, rceil_float32_log2_low, block_has_inf,
                                       nvfp4_scale_below_e4m3_min_normal, nvfp4_amax_divided_by_six,
                                       nvfp4_ref_scale_zero, nvfp4_divides_by_block_scale,
-                                      only_signed_zero_differs)}
+                                      only_signed_zero_differs, block_has_nan,
+                                      log2_in_input_dtype_moves_exponent, mx_scale_underflows_input_dtype,
+                                      mx_shared_exponent_below_e8m0, even_rounded_amax_overflows_float32,
+                                      rceil_quotient_float32_subnormal, nvfp4_decode_side_global_scale,
+                                      even_rounded_amax_overflows_input_dtype, amax_below_input_dtype_min_normal,
+                                      block_not_finite)}
 
 
 # ---- the registry

@@ -27,7 +27,7 @@ from fractions import Fraction
 import torch
 
 import harness.formats as hf
-from harness.formats.spec import E4M3, E8M0_BIAS, E8M0_MAX_BYTE, E8M0_NAN, ElementSpec
+from harness.formats.spec import E8M0_BIAS, E8M0_MAX_BYTE, E8M0_NAN, ElementSpec
 
 NAN = float("nan")
 
@@ -107,26 +107,29 @@ def element_value(el: ElementSpec, code: int):
     return Fraction(v) if math.isfinite(v) else v
 
 
+def mx_shared_exponent(amax, spec, mode: str) -> int:
+    """The mode's shared exponent for an exact amax > 0, before E8M0's clamp."""
+    el = spec.element
+    if mode == "floor":
+        return floor_log2(amax) - el.emax
+    if mode == "ceil":
+        return ceil_log2(amax) - el.emax
+    if mode == "even":
+        e = floor_log2(amax)
+        carry = amax >= Fraction(2) ** e * (2 - Fraction(2) ** -(el.mbits + 1))
+        return e + int(carry) - el.emax
+    if mode == "rceil":
+        return ceil_log2(amax / Fraction(el.max_normal))
+    raise ValueError(f"unknown scale_mode {mode!r}")
+
+
 def mx_scale_byte(amax, spec, mode: str) -> int:
     """Exact E8M0 byte of a block from its exact amax (a Fraction, or nan/inf)."""
     if isinstance(amax, float) and not math.isfinite(amax):
         return E8M0_NAN
     if amax == 0:
         return 0
-    el = spec.element
-    if mode == "floor":
-        shared = floor_log2(amax) - el.emax
-    elif mode == "ceil":
-        shared = ceil_log2(amax) - el.emax
-    elif mode == "even":
-        e = floor_log2(amax)
-        carry = amax >= Fraction(2) ** e * (2 - Fraction(2) ** -(el.mbits + 1))
-        shared = e + int(carry) - el.emax
-    elif mode == "rceil":
-        shared = ceil_log2(amax / Fraction(el.max_normal))
-    else:
-        raise ValueError(f"unknown scale_mode {mode!r}")
-    return min(max(shared + E8M0_BIAS, 0), E8M0_MAX_BYTE)
+    return min(max(mx_shared_exponent(amax, spec, mode) + E8M0_BIAS, 0), E8M0_MAX_BYTE)
 
 
 def _block_amax(xs):
@@ -169,21 +172,24 @@ def _exact(v):
 def nvfp4_block(xs, spec, rounding: str, gs: float, dtype, real: bool = False) -> dict:
     """The NVFP4 convention's float32 steps, each rounded exactly once; with
     real=True the same formula in real arithmetic (no intermediate rounding:
-    s = e4m3(gs * amax / 6), elements x * gs / s), for the second opinion."""
+    s = e4m3(gs * amax / 6), elements x * gs / s), for the second opinion.
+    Every constant is the row's (any two-level row: its element max, scale
+    element and scale max)."""
     f32 = _exact if real else globals()["f32"]
-    el = spec.element
-    sign_only = [el.sign_bit if is_negative(v) else 0 for v in xs]
+    el, sc = spec.element, spec.scale
+    sign_only = [el.neg_zero_code if is_negative(v) else 0 for v in xs]
     if any(math.isnan(v) for v in xs):
-        s_code = E4M3.nan_code
+        s_code = sc.nan_code
         return {"scales": [s_code], "codes": sign_only, "qdq": nvfp4_dequantize(sign_only, [s_code], spec, gs, dtype)}
     G = Fraction(gs)
     if any(math.isinf(v) for v in xs):
-        s_f = hf.spec.NVFP4_SCALE_MAX
+        s_f = spec.scale_max
     else:
         amax = max(abs(Fraction(v)) for v in xs)
-        s_f = min(f32(G * Fraction(f32(amax * Fraction(f32(Fraction(1, 6)))))), Fraction(hf.spec.NVFP4_SCALE_MAX))
-    s_code = round_element(E4M3, Fraction(s_f), False, "rne")
-    s = element_value(E4M3, s_code)
+        inv = Fraction(1) / Fraction(spec.elem_max)
+        s_f = min(f32(G * Fraction(f32(amax * Fraction(f32(inv))))), Fraction(spec.scale_max))
+    s_code = round_element(sc, Fraction(s_f), False, "rne")
+    s = element_value(sc, s_code)
     if s == 0:
         codes = sign_only
     else:
@@ -198,7 +204,7 @@ def nvfp4_block(xs, spec, rounding: str, gs: float, dtype, real: bool = False) -
 
 def nvfp4_dequantize(codes, scale_codes, spec, gs: float, dtype, real: bool = False) -> list:
     f32 = _exact if real else globals()["f32"]
-    s = element_value(E4M3, scale_codes[0])
+    s = element_value(spec.scale, scale_codes[0])
     if isinstance(s, float):  # NaN scale
         return [NAN] * len(codes)
     m = Fraction(f32(s / Fraction(gs)))

@@ -56,6 +56,10 @@ class Implementation:
     qdq: Optional[Callable] = None
     # Largest input (elements) one call should get: interpreters are slow.
     max_elements: int = 1 << 20
+    # NVFP4 encode-side global scales to run (None: the runner's powers of
+    # two). An implementation that stores the decode-side 1/gs adds a value
+    # whose reciprocal is inexact in float32, to expose what that rounding does.
+    global_scales: Optional[tuple] = None
 
     def __post_init__(self):
         unknown = [f for f in self.formats if f not in hf.FORMATS]
@@ -73,6 +77,12 @@ class Implementation:
                              f"{GLOBAL_SCALE_CONVENTIONS}")
         self.input_dtypes = tuple(_dtype(d, self.name) for d in self.input_dtypes)
         self.output_dtypes = tuple(_dtype(d, self.name) for d in self.output_dtypes)
+        if self.global_scales is not None:
+            bad = [g for g in self.global_scales if not (isinstance(g, (int, float)) and 0 < g < float("inf"))]
+            if bad or not self.global_scales:
+                raise ValueError(f"implementation {self.name!r}: global_scales {self.global_scales!r} must be "
+                                 "finite positive numbers")
+            self.global_scales = tuple(float(g) for g in self.global_scales)
         if not (self.quantize or self.dequantize or self.qdq):
             raise ValueError(f"implementation {self.name!r} provides none of quantize, dequantize, qdq")
 

@@ -39,8 +39,8 @@ def cells_for(impl: Implementation, formats=None, dtypes=None):
         if formats is not None and fmt not in formats:
             continue
         spec = hf.FORMATS[fmt]
-        modes = [m for m in impl.scale_modes if m in hf.SCALE_MODES] if spec.is_mx else ["floor"]
-        gss = [None] if spec.is_mx else list(NVFP4_GLOBAL_SCALES)
+        modes = [m for m in impl.scale_modes if m in spec.scale_modes] if spec.is_mx else list(spec.scale_modes)
+        gss = [None] if spec.is_mx else list(impl.global_scales or NVFP4_GLOBAL_SCALES)
         if not spec.is_mx and impl.conventions.get("global_scale") == "none":
             gss = [1.0]
         for mode in modes:

@@ -5,10 +5,10 @@ error is the element rounding: at most half the code spacing of the binade
 holding |x / scale| (the wider of the two gaps around it), times the scale.
 Saturated elements (|x / scale| > max_normal) are off by |x| - max_normal*scale.
 
-NVFP4: the element is rne(x * fl(gs/s)) and the result code * fl(s/gs); the
-two float32 roundings of the ratios and the two products add at most
-4 units of 2^-24 relative to the half step and 6 relative to |x| (first-order
-bound with u = 2^-24: |fl(a*b) - a*b| <= u*|a*b|).
+Two-level (NVFP4): the element is rne(x * fl(gs/s)) and the result code *
+fl(s/gs); the two float32 roundings of the ratios and the two products add at
+most 4 units of 2^-24 relative to the half step and 6 relative to |x|
+(first-order bound with u = 2^-24: |fl(a*b) - a*b| <= u*|a*b|).
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import torch
 
 from . import scales
 from .quant import QuantizedTensor, block_scale_values, dequantize
-
-U32 = 2.0**-24
+from .spec import U32
+from .validate import global_scale_blocks
 
 
 def _half_gap(spec, v_abs: torch.Tensor) -> torch.Tensor:
@@ -41,17 +41,17 @@ def qdq_error_bound(x: torch.Tensor, q: QuantizedTensor):
         bound = _half_gap(el, v) * mult
         saturated = v > el.max_normal
     else:
-        gs = q.global_scale.to(torch.float32) if q.global_scale is not None else torch.ones(())
-        while gs.dim() > x32.dim() - 1 and gs.dim() > 0:
-            gs = gs.squeeze(-1)
-        gs = gs.reshape(*gs.shape, 1) if gs.dim() else gs
-        s = scales.e4m3_decode(q.scales).repeat_interleave(B, dim=-1)
+        gs = q.global_scale if q.global_scale is not None else torch.ones(())
+        gs = global_scale_blocks(gs, x32.shape[:-1], x32.device).squeeze(-1)
+        s = scales.block_scale_decode(spec, q.scales).repeat_interleave(B, dim=-1)
         zero_scale = s == 0
         y = torch.where(zero_scale, 0.0, x32 * (gs / s)).abs()
         bound = _half_gap(el, y) * mult * (1 + 4 * U32) + x32.abs() * 6 * U32
-        # A block scale that rounds to 0 (gs*amax/6 <= 2^-10, the e4m3 tie to
-        # even at half its smallest subnormal) zeroes the block: |x| <= 6*2^-10/gs.
-        bound = torch.where(zero_scale, (6 * 2.0**-10) / gs * (1 + 4 * U32), bound)
+        # A block scale that rounds to 0 (gs*amax/elem_max <= half the scale's
+        # smallest subnormal, the tie to even; 2^-10 for e4m3) zeroes the block:
+        # |x| <= elem_max * that / gs.
+        zero_limit = spec.elem_max * spec.scale.min_subnormal / 2
+        bound = torch.where(zero_scale, zero_limit / gs * (1 + 4 * U32), bound)
         saturated = y > el.max_normal
     return bound, saturated
 

@@ -13,10 +13,7 @@ import torch
 
 from .bounds import check_qdq_bound
 from .quant import dequantize, qdq, quantize
-from .spec import FORMATS, ROUNDINGS, SCALE_MODES
-
-# torchao's floors on randn(128,128): E4M3 >= 18 dB, E5M2/FP6/FP4 >= 13, NVFP4 >= 8.
-SQNR_FLOOR_DB = {"nvfp4": 8.0, "mxfp4": 13.0, "mxfp6_e2m3": 13.0, "mxfp6_e3m2": 13.0, "mxfp8_e4m3": 18.0, "mxfp8_e5m2": 13.0}
+from .spec import FORMATS, ROUNDINGS
 
 
 def sqnr_db(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -39,8 +36,7 @@ def _sample(seed: int, block: int, device) -> torch.Tensor:
 
 
 def _variants(spec):
-    modes = SCALE_MODES if spec.is_mx else ("floor",)
-    for mode in modes:
+    for mode in spec.scale_modes:
         for rounding in ROUNDINGS:
             yield mode, rounding
 
@@ -54,7 +50,7 @@ def iter_checks(seed: int = 0, device="cpu"):
         gen = torch.Generator().manual_seed(seed + 1)
         randn = torch.randn(128, 128, generator=gen).to(torch.bfloat16).to(device)
         for mode, rounding in _variants(spec):
-            gs = None if spec.is_mx else 2688.0 / 37.5
+            gs = spec.gs_numerator / 37.5 if spec.has_global_scale else None
             q = quantize(x, name, mode, rounding, gs)
             worst, _ = check_qdq_bound(x[finite_rows], quantize(x[finite_rows], name, mode, rounding, gs))
             y = dequantize(q)
@@ -67,11 +63,11 @@ def iter_checks(seed: int = 0, device="cpu"):
             poisoned = torch.isnan(y[2]).any() and torch.isnan(y[3]).any() if spec.is_mx else torch.isnan(y[2]).any()
             details["nan_rule"] = bool(poisoned)
             ok &= bool(poisoned)
-            rgs = None if spec.is_mx else 2688.0 / float(randn.float().abs().max())
+            rgs = spec.gs_numerator / float(randn.float().abs().max()) if spec.has_global_scale else None
             s = sqnr_db(randn.float(), qdq(randn, name, mode, rounding, rgs).float())
             details["sqnr_db"] = s
-            details["sqnr_floor_db"] = SQNR_FLOOR_DB[name]
-            ok &= s >= SQNR_FLOOR_DB[name]
+            details["sqnr_floor_db"] = spec.sqnr_floor_db
+            ok &= s >= spec.sqnr_floor_db
             if device.type != "cpu":
                 ref = quantize(x.cpu(), name, mode, rounding, gs)
                 same = torch.equal(ref.codes, q.codes.cpu()) and torch.equal(ref.scales, q.scales.cpu())

@@ -1,6 +1,7 @@
-"""NVFP4 per-tensor global scale conventions.
+"""Per-tensor global scale conventions of two-level rows (NVFP4).
 
-The reference uses vLLM's ENCODE-side scale gs = 448*6/amax (large).
+The reference uses vLLM's ENCODE-side scale gs = scale_max*elem_max/amax
+(large; 448*6/amax for nvfp4).
 Checkpoints store either the decode-side ModelOpt `weight_scale_2`
 (amax/2688, small) or the encode-side compressed-tensors `global_scale`.
 Mixing the two is a classic bug (docs/upstream-bugs.md), so every conversion is a
@@ -10,12 +11,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import struct
 
 import torch
 
 from .host import values_readable
-from .spec import NVFP4_GS_NUMERATOR
+from .spec import NVFP4_GS_NUMERATOR, f32, get_format
 
 _F32 = torch.float32
 
@@ -39,19 +39,11 @@ def _as_f32(value, what: str) -> torch.Tensor:
     return torch.tensor(float(value), dtype=_F32)
 
 
-def _to_float32(v: float) -> float:
-    """Round a Python float to float32 (nearest even) without making a tensor."""
-    try:
-        return struct.unpack("<f", struct.pack("<f", v))[0]
-    except OverflowError:
-        return math.copysign(math.inf, v)
-
-
 def check_global_scale_values(gs, what: str = "global_scale") -> None:
     """ValueError unless every value is finite and > 0 (reads a tensor on
     the host: callers decide when that is allowed, see host.py)."""
     if not isinstance(gs, torch.Tensor):
-        v = _to_float32(float(gs))  # the value the float32 scale will hold
+        v = f32(float(gs))  # the value the float32 scale will hold
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{what} must be finite and > 0, got [{v}]")
         return
@@ -73,12 +65,21 @@ def check_global_scale(gs, what: str = "global_scale") -> torch.Tensor:
     return t
 
 
-def nvfp4_global_scale(amax) -> torch.Tensor:
-    """Encode-side global scale 448*6/amax (float32). amax == 0 (an all-zero
-    tensor) gives 1.0: any scale quantizes zeros exactly."""
+def nvfp4_global_scale(amax, fmt=None) -> torch.Tensor:
+    """Encode-side global scale gs_numerator/amax (float32): 448*6/amax for
+    nvfp4 (fmt None), the row's scale_max*elem_max for another two-level row.
+    amax == 0 (an all-zero tensor) gives 1.0: any scale quantizes zeros exactly."""
+    numerator = NVFP4_GS_NUMERATOR if fmt is None else _two_level(fmt).gs_numerator
     a = _as_f32(amax, "amax")
-    gs = torch.tensor(NVFP4_GS_NUMERATOR, dtype=_F32, device=a.device) / a
+    gs = torch.tensor(numerator, dtype=_F32, device=a.device) / a
     return torch.where(a > 0, gs, torch.ones_like(gs))
+
+
+def _two_level(fmt):
+    spec = get_format(fmt)
+    if not spec.has_global_scale:
+        raise ValueError(f"{spec.name} has no global scale (an MX row); a global scale is for two-level rows")
+    return spec
 
 
 def global_scale_from_modelopt(weight_scale_2) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Element encode/decode for every ElementSpec, by exact integer arithmetic.
+"""Element encode/decode for every ElementSpec (minifloats and two's
+complement integers), by exact integer arithmetic.
 
 Encoding never goes through float log2 or `floor(x + 0.5)` (both round in
 float32, see docs/numerics.md pitfalls): the exponent comes from the fp32 exponent
@@ -17,6 +18,9 @@ from .spec import ElementSpec
 
 def decode_value(spec: ElementSpec, code: int) -> float:
     """Value of one element code (Python float); the table-building primitive."""
+    if spec.is_int:
+        k = code - (1 << spec.width) if code & spec.sign_bit else code
+        return math.ldexp(k, -spec.mbits)
     sign = -1.0 if code & spec.sign_bit else 1.0
     mag = code & (spec.sign_bit - 1)
     exp_field, mant = mag >> spec.mbits, mag & ((1 << spec.mbits) - 1)
@@ -81,7 +85,9 @@ def encode(spec: ElementSpec, v: torch.Tensor, rounding: str = "rne") -> torch.T
     Magnitudes at or above max_normal (Inf included) saturate to max_normal with
     the sign kept; NaN gives the format's NaN code, or code 0 where the format
     has none (the block's NaN scale carries the NaN). Negative values that round
-    to zero, and -0.0, keep the sign bit.
+    to zero, and -0.0, keep the sign bit (minifloats). An integer element has
+    one quantum (emin == emax, so the magnitude code is the rounded multiple)
+    and stores -mag in two's complement; it has no -0.
     """
     v = v.to(torch.float32)
     a = v.abs()
@@ -93,8 +99,11 @@ def encode(spec: ElementSpec, v: torch.Tensor, rounding: str = "rne") -> torch.T
     mag = ((exp - spec.emin) << spec.mbits) + n
     # max_normal is itself a code, so only inputs at or past it can exceed max_code.
     mag = torch.where(a >= spec.max_normal, spec.max_code, mag)
-    sign = (v.view(torch.int32) < 0).to(torch.int32) * spec.sign_bit
-    code = mag | sign
+    negative = v.view(torch.int32) < 0
+    if spec.is_int:
+        code = torch.where(negative, (-mag) & ((1 << spec.width) - 1), mag)
+    else:
+        code = mag | (negative.to(torch.int32) * spec.sign_bit)
     nan = torch.isnan(v)
     nan_code = spec.nan_code if spec.nan_code is not None else 0
     code = torch.where(nan, nan_code, code)

@@ -12,26 +12,22 @@ import torch
 
 from . import minifloat, scales
 from .storage import code_bytes, scale_bytes
-from .validate import as_global_scale, check_global_scale_shape, dequantize_inputs
+from .validate import as_global_scale, dequantize_inputs, global_scale_blocks
 from .spec import (
     E8M0_NAN,
-    NVFP4_ELEM_MAX,
-    NVFP4_SCALE_MAX,
     ROUNDINGS,
-    SCALE_MODES,
     FormatSpec,
     get_format,
 )
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_ONE_SIXTH = torch.tensor(1.0 / 6.0, dtype=torch.float32).item()  # fl32(1/6), as vLLM
 
 
 @dataclass
 class QuantizedTensor:
     codes: torch.Tensor  # uint8 [..., K] (a float8 storage dtype is viewed as uint8, storage.py)
     scales: torch.Tensor  # uint8 [..., K // block] (likewise)
-    global_scale: Optional[torch.Tensor]  # float32, nvfp4 only (encode side)
+    global_scale: Optional[torch.Tensor]  # float32, two-level rows only (encode side)
     fmt: str
     scale_mode: str = "floor"
     rounding: str = "rne"
@@ -64,30 +60,14 @@ def check_args(x: torch.Tensor, fmt, scale_mode: str, rounding: str, global_scal
             f"{spec.name}: last dimension K={tuple(x.shape)[-1:] or ()} of shape {tuple(x.shape)} "
             f"is not a multiple of the block size {spec.block_size}"
         )
-    if scale_mode not in SCALE_MODES:
-        raise ValueError(f"unknown scale_mode {scale_mode!r}; expected one of {', '.join(SCALE_MODES)}")
-    if not spec.is_mx and scale_mode != "floor":
-        raise ValueError(
-            f"scale_mode {scale_mode!r} applies to MX formats only; nvfp4's E4M3 block scale "
-            "is always round-to-nearest-even (leave scale_mode at its default)"
-        )
     if rounding not in ROUNDINGS:
         raise ValueError(f"unknown rounding {rounding!r}; expected one of {', '.join(ROUNDINGS)}")
-    if spec.is_mx and global_scale is not None:
-        raise ValueError(f"{spec.name} has no global scale; pass global_scale=None")
+    spec.check_options(scale_mode, global_scale)
     return spec
 
 
 def _blocks(x: torch.Tensor, block: int) -> torch.Tensor:
     return x.to(torch.float32).reshape(*x.shape[:-1], x.shape[-1] // block, block)
-
-
-def _global_scale_blocks(gs: torch.Tensor, lead_shape, device) -> torch.Tensor:
-    """Global scale broadcast to [..., nblocks, 1]: a scalar, or a tensor
-    broadcastable to the leading dims (e.g. one per expert, shape [E, 1])."""
-    gs = gs.to(device=device, dtype=torch.float32)
-    gs = gs.reshape(check_global_scale_shape(gs.shape, lead_shape))
-    return gs.reshape(*gs.shape, 1, 1) if gs.dim() else gs
 
 
 def _quantize_mx(xb: torch.Tensor, spec: FormatSpec, scale_mode: str, rounding: str):
@@ -106,23 +86,27 @@ def _block_nan_code(spec: FormatSpec, xb: torch.Tensor) -> torch.Tensor:
     """Element code inside a NaN-scaled block: the NaN code where the format has
     one, else the sign bit alone (the NaN scale carries the NaN)."""
     nan = spec.element.nan_code
-    sign = (xb.view(torch.int32) < 0).to(torch.uint8) * spec.element.sign_bit
-    return sign | (nan if nan is not None else 0)
+    return _sign_only(spec, xb) | (nan if nan is not None else 0)
 
 
-def _quantize_nvfp4(xb: torch.Tensor, spec: FormatSpec, gs: torch.Tensor, rounding: str):
+def _sign_only(spec: FormatSpec, xb: torch.Tensor) -> torch.Tensor:
+    """The code of a signed zero per element: -0 for negative inputs."""
+    return (xb.view(torch.int32) < 0).to(torch.uint8) * spec.element.neg_zero_code
+
+
+def _quantize_two_level(xb: torch.Tensor, spec: FormatSpec, gs: torch.Tensor, rounding: str):
     amax = xb.abs().amax(dim=-1, keepdim=True)
     nan_block = torch.isnan(xb).any(dim=-1, keepdim=True)
-    # Operation order is part of the spec: gs * (amax * fl(1/6)), all float32.
-    s_f = torch.clamp(gs * (amax * _ONE_SIXTH), -NVFP4_SCALE_MAX, NVFP4_SCALE_MAX)
+    # Operation order is part of the spec: gs * (amax * fl(1/elem_max)), all
+    # float32 (nvfp4: fl(1/6), as vLLM).
+    s_f = torch.clamp(gs * (amax * spec.inv_elem_max), -spec.scale_max, spec.scale_max)
     s_f = torch.where(nan_block, torch.nan, s_f)
-    s_code = scales.e4m3_encode(s_f)
-    s = scales.e4m3_decode(s_code)
+    s_code = scales.block_scale_encode(spec, s_f)
+    s = scales.block_scale_decode(spec, s_code)
     r = gs / s  # fl32(gs / s) computed first, as vLLM's Triton kernel
-    y = torch.clamp(xb * r, -NVFP4_ELEM_MAX, NVFP4_ELEM_MAX)
+    y = torch.clamp(xb * r, -spec.elem_max, spec.elem_max)
     codes = minifloat.encode(spec.element, y, rounding)
-    sign_only = (xb.view(torch.int32) < 0).to(torch.uint8) * spec.element.sign_bit
-    codes = torch.where((s == 0) | nan_block, sign_only, codes)
+    codes = torch.where((s == 0) | nan_block, _sign_only(spec, xb), codes)
     return codes, s_code.squeeze(-1)
 
 
@@ -135,8 +119,8 @@ def quantize(x: torch.Tensor, fmt, scale_mode: str = "floor", rounding: str = "r
         codes, byte = _quantize_mx(xb, spec, scale_mode, rounding)
     else:
         gs_t = as_global_scale(1.0 if global_scale is None else global_scale, x.device)
-        gsb = _global_scale_blocks(gs_t, x.shape[:-1], x.device)
-        codes, byte = _quantize_nvfp4(xb, spec, gsb, rounding)
+        gsb = global_scale_blocks(gs_t, x.shape[:-1], x.device)
+        codes, byte = _quantize_two_level(xb, spec, gsb, rounding)
     return QuantizedTensor(
         codes=codes.reshape(x.shape),
         scales=byte,
@@ -151,13 +135,13 @@ def quantize(x: torch.Tensor, fmt, scale_mode: str = "floor", rounding: str = "r
 def _block_multipliers(spec: FormatSpec, byte: torch.Tensor, gs, lead_shape) -> torch.Tensor:
     if spec.is_mx:
         return scales.e8m0_to_float(byte)
-    s = scales.e4m3_decode(byte)
-    return s / _global_scale_blocks(gs, lead_shape, s.device).squeeze(-1)
+    s = scales.block_scale_decode(spec, byte)
+    return s / global_scale_blocks(gs, lead_shape, s.device).squeeze(-1)
 
 
 def block_scale_values(q: QuantizedTensor) -> torch.Tensor:
     """float32 multiplier per block applied to decoded elements at dequantization:
-    2^(byte-127) for MX, fl32(s / gs) for nvfp4."""
+    2^(byte-127) for MX, fl32(s / gs) for two-level rows."""
     codes, byte, gs = dequantize_inputs(q.codes, q.scales, q.global_scale, q.fmt)
     return _block_multipliers(q.spec, byte, gs, codes.shape[:-1])
 

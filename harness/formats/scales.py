@@ -1,5 +1,5 @@
 """Block-scale codecs: E8M0 (OCP MX) with its four scale modes, and the
-E4M3FN block scale of NVFP4."""
+minifloat block scale of two-level rows (E4M3FN for NVFP4)."""
 from __future__ import annotations
 
 import functools
@@ -8,7 +8,19 @@ import math
 import torch
 
 from . import minifloat
-from .spec import E4M3, E8M0_BIAS, E8M0_MAX_BYTE, E8M0_NAN, SCALE_MODES, FormatSpec
+from .spec import (
+    E4M3,
+    E8M0_BIAS,
+    E8M0_MAX_BYTE,
+    E8M0_NAN,
+    SCALE_CEIL,
+    SCALE_EVEN,
+    SCALE_FLOOR,
+    SCALE_MODE_CODES,
+    SCALE_MODES,
+    SCALE_RCEIL,
+    FormatSpec,
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -51,18 +63,19 @@ def mx_shared_exponent(amax: torch.Tensor, fmt: FormatSpec, scale_mode: str) -> 
     """Unclamped shared exponent (int32) of each block from its float32 amax >= 0."""
     el = fmt.element
     amax = amax.to(torch.float32)
-    if scale_mode == "floor":
+    code = SCALE_MODE_CODES.get(scale_mode)
+    if code == SCALE_FLOOR:
         return _fp32_exponent(amax) - el.emax
-    if scale_mode == "ceil":
+    if code == SCALE_CEIL:
         bits = amax.view(torch.int32)
         inexact = (bits & 0x7FFFFF) != 0
         return _fp32_exponent(amax) + inexact.to(torch.int32) - el.emax
-    if scale_mode == "even":
+    if code == SCALE_EVEN:
         # Round amax to the element's mantissa width (half up on the bits),
         # keep sign + exponent: Quark's "even".
         bits = amax.view(torch.int32) + (1 << (22 - el.mbits))
         return ((bits >> 23) & 0xFF) - 127 - el.emax
-    if scale_mode == "rceil":
+    if code == SCALE_RCEIL:
         # Smallest n with amax <= max_normal * 2^n. Both sides share a binade
         # after shifting by n0 = E(amax) - E(max_normal), so the test is a
         # comparison of the 23-bit fractions: exact, integer-only (no float
@@ -82,6 +95,16 @@ def mx_scale_byte(amax: torch.Tensor, fmt: FormatSpec, scale_mode: str) -> torch
     byte = torch.where(amax == 0, 0, byte)
     byte = torch.where(torch.isfinite(amax), byte, E8M0_NAN)
     return byte.to(torch.uint8)
+
+
+def block_scale_encode(fmt: FormatSpec, v: torch.Tensor) -> torch.Tensor:
+    """float32 -> a two-level row's block-scale bits, round-to-nearest-even, saturating."""
+    return minifloat.encode(fmt.scale, v, "rne")
+
+
+def block_scale_decode(fmt: FormatSpec, bits: torch.Tensor) -> torch.Tensor:
+    """A two-level row's block-scale bits -> float32 values."""
+    return minifloat.decode(fmt.scale, bits)
 
 
 def e4m3_encode(v: torch.Tensor) -> torch.Tensor:

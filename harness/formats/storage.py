@@ -7,10 +7,10 @@ for bit, never converted by value (an E8M0 scale 0.5 read by value is index
 
     scales  uint8, or the float8 dtype of the format's scale kind:
             float8_e8m0fnu (E8M0, MX formats), float8_e4m3fn (E4M3, nvfp4)
-    codes   uint8, one code per byte (fp4 also packed two per byte); for the
-            fp8 element formats also their own float8 dtype (float8_e4m3fn
-            for mxfp8_e4m3, float8_e5m2 for mxfp8_e5m2), as MX fp8 checkpoints
-            store weights. torch.float4_e2m1fn_x2 is not accepted: fp4
+    codes   uint8, one code per byte (fp4 also packed two per byte); for
+            elements with a torch dtype (the row's element.torch_dtype:
+            float8_e4m3fn for mxfp8_e4m3, float8_e5m2 for mxfp8_e5m2) also
+            that dtype, as MX fp8 checkpoints store weights. torch.float4_e2m1fn_x2 is not accepted: fp4
             checkpoints (ModelOpt, compressed-tensors) store packed uint8.
 
 Every other dtype (float32, int8, the other float8 kind, ...) is refused with
@@ -22,25 +22,21 @@ import torch
 
 from .spec import FormatSpec, get_format
 
-# torch dtype names by scale kind / element name; resolved with getattr since
-# float8_e8m0fnu is missing from older torch builds.
-_SCALE_DTYPE_NAMES = {"e8m0": "float8_e8m0fnu", "e4m3": "float8_e4m3fn"}
-_ELEMENT_DTYPE_NAMES = {"e4m3fn": "float8_e4m3fn", "e5m2": "float8_e5m2"}
-
 
 def _dtypes(*names) -> tuple:
+    # Resolved with getattr: float8_e8m0fnu is missing from older torch builds.
     found = (getattr(torch, n, None) for n in names if n is not None)
     return (torch.uint8,) + tuple(d for d in found if d is not None)
 
 
 def scale_dtypes(fmt) -> tuple:
     """Accepted storage dtypes of a format's block scales (uint8 first)."""
-    return _dtypes(_SCALE_DTYPE_NAMES[get_format(fmt).scale_kind])
+    return _dtypes(get_format(fmt).scale.torch_dtype)
 
 
 def code_dtypes(fmt) -> tuple:
     """Accepted storage dtypes of a format's element codes (uint8 first)."""
-    return _dtypes(_ELEMENT_DTYPE_NAMES.get(get_format(fmt).element.name))
+    return _dtypes(get_format(fmt).element.torch_dtype)
 
 
 def _as_bytes(t, spec: FormatSpec, accepted: tuple, what: str, kind: str) -> torch.Tensor:

@@ -12,6 +12,7 @@ divides to +-Inf (0/0 NaN) in both.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -88,6 +89,31 @@ def check_global_scale_shape(gs_shape, lead_shape, what: str = "global_scale") -
     return gs_shape
 
 
+def global_scale_blocks(gs: torch.Tensor, lead_shape, device) -> torch.Tensor:
+    """The reference's broadcasting of a global scale: to [..., nblocks, 1]
+    of data with leading dims `lead_shape`: a scalar, or a tensor broadcastable
+    to the leading dims (e.g. one per expert, shape [E, 1])."""
+    gs = gs.to(device=device, dtype=_F32)
+    gs = gs.reshape(check_global_scale_shape(gs.shape, lead_shape))
+    return gs.reshape(*gs.shape, 1, 1) if gs.dim() else gs
+
+
+def global_scale_rows(gs: torch.Tensor, lead_shape) -> torch.Tensor:
+    """The same broadcasting as a flat [G] tensor (the kernels' layout): row r
+    (leading dims flattened) uses gs[r // (rows / G)]. A scale that varies
+    along a non-leading pattern is expanded to one value per row."""
+    lead = tuple(lead_shape)
+    gs = gs.reshape(check_global_scale_shape(gs.shape, lead))
+    if gs.numel() == 1:
+        return gs.reshape(1)
+    aligned = (1,) * (len(lead) - gs.dim()) + tuple(gs.shape)
+    # A prefix of the leading dims, then only size-1 dims: one value per group of rows.
+    for k in range(len(lead) + 1):
+        if aligned[:k] == lead[:k] and all(d == 1 for d in aligned[k:]):
+            return gs.reshape(math.prod(lead[:k])).contiguous()
+    return torch.broadcast_to(gs, lead).reshape(-1).contiguous()
+
+
 def check_scales_shape(spec: FormatSpec, codes_shape, scales_shape) -> None:
     if len(codes_shape) and codes_shape[-1] % spec.block_size:
         raise ValueError(f"{spec.name}: codes shape {tuple(codes_shape)}: last dimension is not a multiple of "
@@ -103,16 +129,15 @@ def dequantize_inputs(codes, scales, global_scale, fmt, read_values: Optional[bo
     """(codes uint8, scales uint8, global scale float32 on the codes' device
     or None) of a QuantizedTensor's fields, checked: storage dtypes, shapes,
     devices, and where readable the code range and global scale values.
-    nvfp4 without a global scale uses 1.0, as the quantizer does."""
+    A two-level row without a global scale uses 1.0, as the quantizer does."""
     spec = get_format(fmt)
     codes = code_bytes(codes, spec)
     scales = scale_bytes(scales, spec)
     check_same_device(spec, codes=codes, scales=scales)
     check_scales_shape(spec, codes.shape, scales.shape)
     check_code_range(codes, spec, read_values=read_values)
-    if spec.is_mx:
-        if global_scale is not None:
-            raise ValueError(f"{spec.name} has no global scale; pass global_scale=None")
+    if not spec.has_global_scale:
+        spec.check_global_scale_arg(global_scale)
         return codes, scales, None
     if global_scale is None:
         return codes, scales, torch.ones((), dtype=_F32, device=codes.device)

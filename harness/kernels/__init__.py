@@ -8,16 +8,21 @@
     w = hk.dequantize_weights(stored, scales, gs, "nvfp4", torch.bfloat16)
 
 backend="triton" on CPU tensors runs the Triton interpreter with no
-environment set-up: harness.kernels.loader executes the kernel source a second
-time with TRITON_INTERPRET=1 set only around that import, so compiled and
-interpreted kernels coexist in one process (tests need no subprocess and no
-conftest variable). The interpreter's own bf16 casts are wrong (truncating
+environment set-up: harness.kernels.loader executes every kernel source a
+second time with TRITON_INTERPRET=1 set only around that import, so compiled
+and interpreted kernels coexist in one process (tests need no subprocess and
+no conftest variable). The interpreter's own bf16 casts are wrong (truncating
 downcast, mangled subnormals), so interpreted kernels convert bf16 on the bits.
 
-Modules: constants (constexprs from the format table), triton_src (kernel
-source), loader (compiled vs interpreted copies), launch (host launches),
-ops (torch.library custom ops moe_harness::*), api (these functions),
-bench (`moe-harness bench kernels`).
+All of the project's Triton lives here. Kernel sources: triton_src (element
+codec, with the one element decoder, and the emulation kernels),
+fused_gemm_src (the MoE experts' fused dequant + grouped GEMM),
+fused_act_src (one-pass elementwise helpers). Host code: constants
+(constexprs from the format table), loader (the one loader: compiled vs
+interpreted copies), launch (emulation launches), ops (torch.library custom
+ops moe_harness::*), api (these functions), fused_gemm and fused_act (the
+fused MoE backend), bench (`moe-harness bench kernels`). The ahead-of-time
+compile check: registry, launch_aot, fused_aot, inventory, targets.
 """
 from .api import BACKENDS, dequantize, dequantize_weights, qdq, quantize, quantize_packed, resolve_backend
 from .ops import OPS, dequantize_op, qdq_op, quantize_op

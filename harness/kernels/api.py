@@ -14,7 +14,6 @@ no host sync on GPU paths, so these calls stay capturable in a CUDA graph.
 """
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -23,10 +22,10 @@ from harness.formats.quant import check_args
 from harness.formats.validate import (
     as_global_scale,
     check_code_range,
-    check_global_scale_shape,
     check_same_device,
     dequantize_inputs,
 )
+from harness.formats.validate import global_scale_rows as rows_global_scale  # noqa: F401  (re-exported)
 
 from .ops import dequantize_op, qdq_op, quantize_op
 
@@ -39,25 +38,6 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     if backend == "auto":
         return "torch" if device.type == "cpu" else "triton"
     return backend
-
-
-def rows_global_scale(gs: torch.Tensor, lead_shape) -> torch.Tensor:
-    """The reference's broadcasting of a global scale over the leading dims,
-    as a flat [G] tensor where row r (leading dims flattened) uses
-    gs[r // (rows / G)]. Trailing size-1 dims beyond the leading rank are
-    dropped, as the reference does; a scale that varies along a non-leading
-    pattern is expanded to one value per row."""
-    lead = tuple(lead_shape)
-    gs = gs.reshape(check_global_scale_shape(gs.shape, lead))
-    if gs.numel() == 1:
-        return gs.reshape(1)
-    full = torch.broadcast_to(gs, lead)
-    aligned = (1,) * (len(lead) - gs.dim()) + tuple(gs.shape)
-    # A prefix of the leading dims, then only size-1 dims: one value per group of rows.
-    for k in range(len(lead) + 1):
-        if aligned[:k] == lead[:k] and all(d == 1 for d in aligned[k:]):
-            return gs.reshape(math.prod(lead[:k])).contiguous()
-    return full.reshape(-1).contiguous()
 
 
 def _op_global_scale(spec, global_scale, x: torch.Tensor):
@@ -142,8 +122,7 @@ def dequantize_weights(stored, scales, global_scale, fmt, dtype: torch.dtype = t
             + (f" nor K/2={K // 2} packed bytes" if spec.is_fp4 else "")
             + f" for scales of shape {tuple(scales.shape)}"
         )
-    if spec.is_mx and global_scale is not None:
-        raise ValueError(f"{spec.name} has no global scale; pass global_scale=None")
+    spec.check_global_scale_arg(global_scale)
     check_code_range(stored, spec, packed, "stored weights")
     be = resolve_backend(backend, stored.device)
     gs = None

@@ -42,13 +42,12 @@ def iter_checks(seed: int = 0, device="cpu"):
     rows, cols = (256, 4096) if on_gpu else (4, 64)
     dtypes = (torch.bfloat16, torch.float16, torch.float32) if on_gpu else (torch.bfloat16,)
     for name, spec in hf.FORMATS.items():
-        modes = hf.SCALE_MODES if spec.is_mx else ("floor",)
-        for mode in modes:
+        for mode in spec.scale_modes:
             for rounding in hf.ROUNDINGS:
                 details, ok = {}, True
                 for dtype in dtypes:
                     x = _sample(seed, rows, cols, dtype, device)
-                    gs = None if spec.is_mx else torch.tensor(2688.0 / 1000.0, device=device)
+                    gs = torch.tensor(spec.gs_numerator / 1000.0, device=device) if spec.has_global_scale else None
                     ref_q = hf.quantize(x, name, mode, rounding, gs)
                     q = quantize(x, name, mode, rounding, gs, backend="triton")
                     same_q = torch.equal(q.codes, ref_q.codes) and torch.equal(q.scales, ref_q.scales)

@@ -13,17 +13,17 @@ import math
 import struct
 
 from harness.formats import ROUNDINGS, SCALE_MODES, get_format
-from harness.formats.spec import E4M3, NVFP4_ELEM_MAX, NVFP4_SCALE_MAX, ElementSpec
+from harness.formats.spec import E4M3, SCALE_MODE_CODES, ElementSpec, f32
 
 SPECIALS_CODE = {"none": 0, "fn": 1, "ieee": 2}
-SCALE_MODE_CODE = {name: i for i, name in enumerate(SCALE_MODES)}  # floor ceil even rceil
+# The named codes of harness.formats.spec (SCALE_FLOOR ...), which the kernels
+# compare against as constexpr globals.
+SCALE_MODE_CODE = SCALE_MODE_CODES
 ROUNDING_CODE = {name: i for i, name in enumerate(ROUNDINGS)}  # rne away
 F32_MANT_BITS = 23
 
-
-def f32(value: float) -> float:
-    """Round a Python float to float32 (returned as a Python float)."""
-    return struct.unpack("<f", struct.pack("<f", value))[0]
+__all__ = ["F32_MANT_BITS", "ROUNDING_CODE", "SCALE_MODE_CODE", "SPECIALS_CODE", "element_constants", "f32",
+           "f32_bits", "kernel_constants"]
 
 
 def f32_bits(value: float) -> int:
@@ -35,6 +35,9 @@ def f32_bits(value: float) -> int:
 
 def element_constants(el: ElementSpec, prefix: str = "") -> dict:
     """Encode/decode constants of one element type, as kernel constexprs."""
+    if el.specials not in SPECIALS_CODE:
+        raise ValueError(f"element {el.name}: {el.specials!r} elements are not implemented in the Triton kernels "
+                         "(the torch reference, backend='torch', implements them)")
     _, frexp_e = math.frexp(el.max_normal)
     return {
         f"{prefix}MBITS": el.mbits,
@@ -78,10 +81,13 @@ def kernel_constants(fmt: str, scale_mode: str = "floor", rounding: str = "rne")
         "EVEN_ADD": 1 << (F32_MANT_BITS - 1 - el.mbits),
     }
     consts.update(element_constants(el))
-    # NVFP4's E4M3FN block scale; present for every format so that each kernel
-    # has one signature (MX specialisations never read them).
-    consts.update(element_constants(E4M3, prefix="S_"))
-    consts["S_CLAMP_BITS"] = f32_bits(NVFP4_SCALE_MAX)
-    # fl32(1/6): the reference multiplies amax by it (vLLM's operation order)
-    consts["ONE_SIXTH"] = f32(1.0 / NVFP4_ELEM_MAX)
+    # The two-level row's minifloat block scale (E4M3FN for nvfp4); present for
+    # every format so that each kernel has one signature (MX specialisations
+    # never read them, and get E4M3's as placeholders).
+    scale_el = spec.scale if spec.is_two_level else E4M3
+    consts.update(element_constants(scale_el, prefix="S_"))
+    consts["S_CLAMP_BITS"] = f32_bits(scale_el.max_normal)
+    # fl32(1/elem_max): the reference multiplies amax by it (vLLM's operation
+    # order; fl32(1/6) for nvfp4)
+    consts["INV_ELEM_MAX"] = spec.inv_elem_max
     return consts

@@ -44,17 +44,26 @@ def tile(n_blocks: int, block: int, interpret: bool, tile_elems: int | None = No
     return max(1, GPU_TILE_ELEMS // block)
 
 
+def run_kernel(kernel, grid, args: tuple, kwargs: dict, interpret: bool) -> None:
+    """kernel[grid](*args, **kwargs); in the interpreter with numpy's
+    floating-point warnings off (IEEE results, overflow to Inf included, are
+    wanted: the warnings are noise)."""
+    if interpret:
+        import numpy as np
+
+        with np.errstate(all="ignore"):
+            kernel[grid](*args, **kwargs)
+    else:
+        kernel[grid](*args, **kwargs)
+
+
 def _launch(kernel, n_blocks: int, bpp: int, args: tuple, consts: dict, interpret: bool, num_warps=None):
     names = set(kernel.arg_names)
     kw = {k: v for k, v in consts.items() if k in names}
     grid = (triton_cdiv(n_blocks, bpp * kw.get("TPP", 1)),)
-    if interpret:
-        import numpy as np
-
-        with np.errstate(all="ignore"):  # IEEE results are wanted; numpy's warnings are noise
-            kernel[grid](*args, **kw)
-    else:
-        kernel[grid](*args, **kw, num_warps=num_warps or GPU_NUM_WARPS, **GPU_OPTIONS)
+    if not interpret:
+        kw.update(num_warps=num_warps or GPU_NUM_WARPS, **GPU_OPTIONS)
+    run_kernel(kernel, grid, args, kw, interpret)
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, ROUNDINGS, SCALE_MODES, get_format
+from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, ROUNDINGS, get_format
 
 from . import launch
 from .loader import kernels
@@ -27,8 +27,8 @@ def ptr(dtype) -> str:
 
 
 def _modes(spec):
-    """(scale_mode, rounding) pairs a caller may pass (nvfp4 has no scale mode)."""
-    return [(m, r) for m in (SCALE_MODES if spec.is_mx else ("floor",)) for r in ROUNDINGS]
+    """(scale_mode, rounding) pairs a caller may pass (two-level rows have no scale mode)."""
+    return [(m, r) for m in spec.scale_modes for r in ROUNDINGS]
 
 
 def _gs(spec, dummy_dtype):

@@ -2,7 +2,7 @@
 host code can pick, for the ahead-of-time compile check (`moe-harness targets`).
 
 A module beside each launcher registers its kernels (launch_aot.py for
-launch.py; harness/moe/fused_aot.py for fused.py and fused_act.py):
+launch.py; fused_aot.py for fused_gemm.py and fused_act.py):
 
     registry.register("qdq_kernel", lambda: kernels(False).qdq_kernel, qdq_variants)
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-# Modules whose import registers kernels (names, so that harness.kernels
-# does not import harness.moe at import time).
-PROVIDERS = ("harness.kernels.launch_aot", "harness.moe.fused_aot")
+# Modules whose import registers kernels (names: importing the registry
+# loads no kernel source).
+PROVIDERS = ("harness.kernels.launch_aot", "harness.kernels.fused_aot")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Per kernel x configuration x target it records ok / fail / overflow,
 registers, spills, shared memory (LDS on AMD) against the target's limit and
 the compile time; prints a table, writes JSON, and exits 1 on any failure or
 overflow. The kernels and configurations come from harness.kernels.registry
-(launch_aot.py, harness/moe/fused_aot.py), built from the launchers' own tables.
+(launch_aot.py, fused_aot.py), built from the launchers' own tables.
 
 Results are cached (one small JSON per compile) under
 $MOE_HARNESS_CACHE_DIR, else $XDG_CACHE_HOME/moe-harness, else

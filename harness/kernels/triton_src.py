@@ -1,4 +1,6 @@
-"""Triton kernel source: block QDQ, quantize-to-storage and dequantize.
+"""Triton kernel source: the element codec (the one element decoder, which
+the fused GEMM in fused_gemm_src.py imports), block QDQ, quantize-to-storage
+and dequantize.
 
 One kernel per operation, specialised for every format by compile-time
 constants (harness.kernels.constants, derived from the format table). All
@@ -17,6 +19,7 @@ global offset is int64 (program id widened before it is multiplied).
 import triton
 import triton.language as tl
 
+from harness.formats import spec as _spec
 from harness.formats.spec import E8M0_BIAS, E8M0_MAX_BYTE, E8M0_NAN
 
 # float32 layout and the E8M0 codec (fixed by IEEE 754 and the OCP MX spec).
@@ -32,6 +35,11 @@ F32_MIN_SUB_E8M0: tl.constexpr = tl.constexpr(0x400000)  # 2^-127, a float32 sub
 SC_BIAS: tl.constexpr = tl.constexpr(E8M0_BIAS)
 SC_MAX: tl.constexpr = tl.constexpr(E8M0_MAX_BYTE)
 SC_NAN: tl.constexpr = tl.constexpr(E8M0_NAN)
+# MX scale-mode codes, named in harness.formats.spec (the SCALE_MODE constexpr).
+SCALE_FLOOR: tl.constexpr = tl.constexpr(_spec.SCALE_FLOOR)
+SCALE_CEIL: tl.constexpr = tl.constexpr(_spec.SCALE_CEIL)
+SCALE_EVEN: tl.constexpr = tl.constexpr(_spec.SCALE_EVEN)
+SCALE_RCEIL: tl.constexpr = tl.constexpr(_spec.SCALE_RCEIL)
 
 
 # ---------------------------------------------------------------- element codec
@@ -68,15 +76,27 @@ def _round_to_grid(ab, MBITS: tl.constexpr, EMIN_FIELD: tl.constexpr, AWAY: tl.c
 
 @triton.jit
 def _decode(code, MBITS: tl.constexpr, WIDTH: tl.constexpr, BIAS: tl.constexpr, SIGN_BIT: tl.constexpr,
-            SPECIALS: tl.constexpr, NAN_CODE: tl.constexpr, INF_CODE: tl.constexpr, MIN_NORMAL: tl.constexpr):
-    """int32 element codes -> float32 values, by bits (no fp8 type, no table)."""
+            SPECIALS: tl.constexpr, NAN_CODE: tl.constexpr, INF_CODE: tl.constexpr, MIN_NORMAL: tl.constexpr,
+            FAST: tl.constexpr = False):
+    """int32 element codes -> float32 values, by bits (no fp8 type, no table).
+    The one element decoder: every kernel that reads codes calls it.
+
+    FAST (the fused GEMM's tuned choice): the code's exponent and mantissa
+    bits placed in float32's fields give the element's value times
+    2^(BIAS - 127), and one exact power-of-two multiply fixes it; subnormal
+    codes pass through float32 subnormals, so it is exact only where the
+    target keeps denormals. Otherwise the construction below never forms a
+    float32 subnormal."""
     mag = code & (SIGN_BIT - 1)
     sh = mag << (F32_MANT - MBITS)
-    normal = sh + ((F32_BIAS - BIAS) << F32_MANT)
-    # Subnormal element: 2^emin * (1 + f) - 2^emin, exact (Sterbenz), and never
-    # a float32 subnormal, so it does not depend on denormal support.
-    sub = (sh + ((F32_BIAS + 1 - BIAS) << F32_MANT)).to(tl.float32, bitcast=True) - MIN_NORMAL
-    bits = tl.where(mag < (1 << MBITS), sub.to(tl.int32, bitcast=True), normal)
+    if FAST:
+        bits = (sh.to(tl.float32, bitcast=True) * (2.0 ** (F32_BIAS - BIAS))).to(tl.int32, bitcast=True)
+    else:
+        normal = sh + ((F32_BIAS - BIAS) << F32_MANT)
+        # Subnormal element: 2^emin * (1 + f) - 2^emin, exact (Sterbenz), and
+        # never a float32 subnormal, so it does not depend on denormal support.
+        sub = (sh + ((F32_BIAS + 1 - BIAS) << F32_MANT)).to(tl.float32, bitcast=True) - MIN_NORMAL
+        bits = tl.where(mag < (1 << MBITS), sub.to(tl.int32, bitcast=True), normal)
     if SPECIALS == 1:  # "fn": the all-ones magnitude is NaN
         bits = tl.where(mag == NAN_CODE, F32_QNAN, bits)
     if SPECIALS == 2:  # "ieee": top exponent field is Inf (mantissa 0) or NaN
@@ -94,14 +114,16 @@ def _mx_scale_byte(amax_bits, SCALE_MODE: tl.constexpr, EMAX: tl.constexpr, EVEN
     """E8M0 byte per block from the float32 bits of its amax (int32 >= 0; NaN
     patterns are above Inf's, so an integer max is NaN-aware)."""
     e = amax_bits >> F32_MANT
-    if SCALE_MODE == 0:  # floor
+    if SCALE_MODE == SCALE_FLOOR:
         shared = e - F32_BIAS - EMAX
-    elif SCALE_MODE == 1:  # ceil
+    elif SCALE_MODE == SCALE_CEIL:
         shared = e - F32_BIAS - EMAX + ((amax_bits & F32_FRAC_MASK) != 0).to(tl.int32)
-    elif SCALE_MODE == 2:  # even (Quark): round amax to the element mantissa first
+    elif SCALE_MODE == SCALE_EVEN:  # Quark: round amax to the element mantissa first
         shared = ((amax_bits + EVEN_ADD) >> F32_MANT) - F32_BIAS - EMAX
-    else:  # rceil: smallest n with amax <= max_normal * 2^n
+    elif SCALE_MODE == SCALE_RCEIL:  # smallest n with amax <= max_normal * 2^n
         shared = e - F32_BIAS - RCEIL_EXP + ((amax_bits & F32_FRAC_MASK) > RCEIL_MANT).to(tl.int32)
+    else:
+        tl.static_assert(False, "unknown SCALE_MODE code (harness.formats.spec.SCALE_MODE_CODES)")
     byte = tl.minimum(tl.maximum(shared + SC_BIAS, 0), SC_MAX)
     byte = tl.where(amax_bits == 0, 0, byte)
     byte = tl.where(amax_bits >= F32_INF, SC_NAN, byte)
@@ -138,7 +160,7 @@ def _amax_bits(x):
 def _block_scale(amax_bits, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, EMAX: tl.constexpr,
                  EVEN_ADD: tl.constexpr, RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr,
                  S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr,
-                 S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
+                 S_CLAMP_BITS: tl.constexpr, INV_ELEM_MAX: tl.constexpr):
     """Per block: (scale code, encode multiplier, dequantize multiplier, dead).
     dead: a NaN-scaled MX block, or an nvfp4 block with a zero or NaN scale."""
     if IS_MX:
@@ -148,8 +170,8 @@ def _block_scale(amax_bits, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, E
         dead = scale_code == SC_NAN
     else:
         nan_blk = amax_bits > F32_INF
-        # Operation order of the reference: gs * (amax * fl(1/6)), then clamp.
-        sf = gs * (amax_bits.to(tl.float32, bitcast=True) * ONE_SIXTH)
+        # Operation order of the reference: gs * (amax * fl(1/elem_max)), then clamp.
+        sf = gs * (amax_bits.to(tl.float32, bitcast=True) * INV_ELEM_MAX)
         sfb = tl.minimum(sf.to(tl.int32, bitcast=True), S_CLAMP_BITS)
         s, s_mag = _round_to_grid(sfb, S_MBITS, S_EMIN_FIELD, False)
         # (NaN built from bits: a NaN-valued global would fail triton's
@@ -188,7 +210,7 @@ def _quantize_tile(x, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, ROUND_A
                    SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr,
                    NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr,
                    S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr,
-                   S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
+                   S_CLAMP_BITS: tl.constexpr, INV_ELEM_MAX: tl.constexpr):
     """Quantize a float32 tile [BPP, BLOCK] block by block.
 
     Returns (signed element values float32 [BPP, BLOCK], element codes int32,
@@ -196,7 +218,7 @@ def _quantize_tile(x, gs, IS_MX: tl.constexpr, SCALE_MODE: tl.constexpr, ROUND_A
     reference's dequantized value is values * multiplier."""
     scale_code, enc, mult, dead = _block_scale(
         _amax_bits(x), gs, IS_MX, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD,
-        S_NAN_CODE, S_CLAMP_BITS, ONE_SIXTH)
+        S_NAN_CODE, S_CLAMP_BITS, INV_ELEM_MAX)
     values, codes = _encode(x, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
     return values, codes, scale_code, mult
 
@@ -270,7 +292,7 @@ def qdq_kernel(x_ptr, y_ptr, gs_ptr, n_blocks, blocks_per_gs,
                SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr,
                NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr,
                S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr,
-               S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr):
+               S_CLAMP_BITS: tl.constexpr, INV_ELEM_MAX: tl.constexpr):
     """y = dequantize(quantize(x)) for x, y flat [n_blocks * BLOCK]."""
     blk0, rows = _block_ids(tl.program_id(0), BPP)
     offs = rows[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
@@ -284,7 +306,7 @@ def qdq_kernel(x_ptr, y_ptr, gs_ptr, n_blocks, blocks_per_gs,
     values, _codes, _scodes, mult = _quantize_tile(
         _to_f32(x, BF16_BY_BITS), gs, IS_MX, SCALE_MODE, ROUND_AWAY, EMAX, EVEN_ADD, MBITS, WIDTH, SIGN_BIT,
         EMIN_FIELD, MAXN_BITS, NAN_CODE, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE,
-        S_CLAMP_BITS, ONE_SIXTH)
+        S_CLAMP_BITS, INV_ELEM_MAX)
     y = _to_output(values * mult[:, None], y_ptr, BF16_BY_BITS)
     if EVEN:
         tl.store(y_ptr + base + offs, y)
@@ -326,7 +348,7 @@ def quantize_kernel(x_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
                     WIDTH: tl.constexpr, SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr,
                     MAXN_BITS: tl.constexpr, NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr,
                     RCEIL_MANT: tl.constexpr, S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr,
-                    S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr, ONE_SIXTH: tl.constexpr,
+                    S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr, INV_ELEM_MAX: tl.constexpr,
                     TPP: tl.constexpr = 1):
     """One code per byte (the element's own bit layout) and one scale byte per block."""
     rows = tl.arange(0, BPP)
@@ -342,7 +364,7 @@ def quantize_kernel(x_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
         _values, codes, scodes, _mult = _quantize_tile(
             _to_f32(x, BF16_BY_BITS), gs, IS_MX, SCALE_MODE, ROUND_AWAY, EMAX, EVEN_ADD, MBITS, WIDTH, SIGN_BIT,
             EMIN_FIELD, MAXN_BITS, NAN_CODE, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE,
-            S_CLAMP_BITS, ONE_SIXTH)
+            S_CLAMP_BITS, INV_ELEM_MAX)
         _store_tile(c_ptr, s_ptr, blk0, offs, rows, rmask, codes, scodes, BLOCK, EVEN)
         if t + 1 < TPP:
             x = x_next
@@ -357,7 +379,7 @@ def quantize_packed_kernel(w_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
                            EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr, NAN_CODE: tl.constexpr,
                            RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr, S_MBITS: tl.constexpr,
                            S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr, S_CLAMP_BITS: tl.constexpr,
-                           ONE_SIXTH: tl.constexpr, TPP: tl.constexpr = 1):
+                           INV_ELEM_MAX: tl.constexpr, TPP: tl.constexpr = 1):
     """fp4 codes packed two per byte, element 2i in the low nibble. The input
     is read as words of two elements (w_ptr: x viewed as int32/int64), so the
     even and odd elements arrive de-interleaved with no shuffle."""
@@ -378,7 +400,7 @@ def quantize_packed_kernel(w_ptr, c_ptr, s_ptr, gs_ptr, n_blocks, blocks_per_gs,
                                     hi.to(tl.int32, bitcast=True) & F32_ABS_MASK), 1, tl.standard._elementwise_max)
         scodes, enc, _mult, dead = _block_scale(
             amax, gs, IS_MX, SCALE_MODE, EMAX, EVEN_ADD, RCEIL_EXP,
-            RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE, S_CLAMP_BITS, ONE_SIXTH)
+            RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE, S_CLAMP_BITS, INV_ELEM_MAX)
         _v, c_lo = _encode(lo, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
         _v, c_hi = _encode(hi, enc, dead, IS_MX, ROUND_AWAY, MBITS, WIDTH, SIGN_BIT, EMIN_FIELD, MAXN_BITS, NAN_CODE)
         _store_tile(c_ptr, s_ptr, blk0, offs, rows, rmask, c_lo | (c_hi << 4), scodes, HALF, EVEN)

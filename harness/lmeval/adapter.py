@@ -96,7 +96,9 @@ class MoEEmuLM(TemplateLM):
         self.set_scheme(scheme)
 
     # -- scheme handling ---------------------------------------------------
-    def _ensure_scales(self) -> dict:
+    def _ensure_scales(self, scheme: str) -> dict:
+        """Per-block encode-side activation global scales for `scheme`'s
+        two-level activation format (amax measured once, for every scheme)."""
         if self.activation_scales is None:
             amax = calibrate.checkpoint_amax(self.model_dir)
             source = "checkpoint activation_amax.json"
@@ -107,7 +109,9 @@ class MoEEmuLM(TemplateLM):
                           f"n_docs={self.calibration_docs})")
             self.activation_scales = calibrate.scales_from_amax(amax)
             self.calibration_info = {"source": source, "amax": amax}
-        return self.activation_scales
+        from harness.moe.schemes import get_scheme  # noqa: PLC0415
+
+        return calibrate.scales_from_amax(self.calibration_info["amax"], get_scheme(scheme).act_fmt)
 
     def set_scheme(self, scheme: str) -> None:
         """A scheme name, or "oracle:<scheme>" for the float64 reference of that scheme."""
@@ -123,7 +127,7 @@ class MoEEmuLM(TemplateLM):
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
         if scheme not in self.swapper.built:
-            scales = self._ensure_scales() if needs_activation_scales(scheme) else None
+            scales = self._ensure_scales(scheme) if needs_activation_scales(scheme) else None
             self.swapper.build(scheme, self.build_fn, scales=scales, backend=self.backend_name)
             for mod in self.swapper.built[scheme].values():
                 mod.to(self._device)

@@ -10,10 +10,13 @@ import platform
 import time
 
 from .builder import SCHEMES
+from .schemes import QUANTIZED_SCHEMES
+
+DEFAULT_SCHEME = QUANTIZED_SCHEMES[0]  # the first quantized scheme of the table (nvfp4)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scheme", default="nvfp4", choices=SCHEMES)
+    parser.add_argument("--scheme", default=DEFAULT_SCHEME, choices=SCHEMES)
     parser.add_argument("--limit", type=int, default=0, help="items per task (default 0 = all 600)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
@@ -21,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true")
 
 
-def run(scheme: str = "nvfp4", limit: int | None = None, batch_size: int = 64, threads: int = 2) -> dict:
+def run(scheme: str = DEFAULT_SCHEME, limit: int | None = None, batch_size: int = 64, threads: int = 2) -> dict:
     t0 = time.perf_counter()
     import torch
 

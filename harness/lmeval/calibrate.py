@@ -1,10 +1,12 @@
-"""Static activation calibration for NVFP4 (encode-side global scales).
+"""Static activation calibration for two-level schemes such as NVFP4
+(encode-side global scales).
 
 Runs the unquantized model over a calibration set with forward pre-hooks on
 every sparse-MoE block and records, per block:
   a1_amax = max |input to the MoE block|            (input of the w13 GEMM)
   a2_amax = max |silu(gate) * up| over routed tokens (input of the w2 GEMM)
-The global scales are gs = 448*6/amax (harness.formats.nvfp4_global_scale).
+The global scales are gs = gs_numerator/amax of the scheme's activation
+format (448*6/amax for nvfp4; harness.formats.nvfp4_global_scale).
 
 Calibration set (documented in docs/lm_eval.md): `corpus.calibration_texts`,
 64 documents of 8 training-distribution equations each, seeded, disjoint from
@@ -25,10 +27,11 @@ from .moe_swap import MoEBlockSpec
 AMAX_FILE = "activation_amax.json"
 
 
-def global_scale(amax: float) -> torch.Tensor:
+def global_scale(amax: float, fmt=None) -> torch.Tensor:
+    """Encode-side global scale of the two-level format `fmt` (nvfp4 when None)."""
     from harness.formats import nvfp4_global_scale
 
-    return nvfp4_global_scale(torch.tensor(float(amax), dtype=torch.float32))
+    return nvfp4_global_scale(torch.tensor(float(amax), dtype=torch.float32), fmt)
 
 
 def _routed_intermediate_amax(spec: MoEBlockSpec, h: torch.Tensor) -> float:
@@ -72,8 +75,8 @@ def calibrate_amax(model, swapper, tokenizer, texts, batch_size: int = 16) -> di
     return stats
 
 
-def scales_from_amax(stats: dict[str, dict]) -> dict[str, dict]:
-    return {name: {"a1_gscale": global_scale(st["a1_amax"]), "a2_gscale": global_scale(st["a2_amax"])}
+def scales_from_amax(stats: dict[str, dict], fmt=None) -> dict[str, dict]:
+    return {name: {"a1_gscale": global_scale(st["a1_amax"], fmt), "a2_gscale": global_scale(st["a2_amax"], fmt)}
             for name, st in stats.items()}
 
 

@@ -227,7 +227,7 @@ def layer_c_prec(fused: nn.Module, device) -> float:
     ex = fused.experts
     if getattr(ex, "backend", "unfused") != "fused":
         return 0.0
-    from harness.moe import fused as fused_kernels
+    from harness.kernels import fused_gemm as fused_kernels
 
     return fused_kernels.c_prec(ex.scheme, fused_kernels.resolve_precision(ex.fused_precision, ex.scheme, device))
 

@@ -29,7 +29,7 @@ from .schemes import BF16, SCHEME_NAMES, SCHEMES, Scheme, get_scheme
 def __getattr__(name):
     # harness.moe.reference (the independent oracle) and the Triton-backed
     # modules load lazily: importing harness.moe never needs them.
-    if name in ("reference", "fused", "checks", "bench"):
+    if name in ("reference", "checks", "bench"):
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")

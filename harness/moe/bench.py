@@ -91,7 +91,7 @@ def _target_met(target, ms, bf16_ms):
 
 def run(args) -> dict:
     from . import build_emulated_moe, calibrate_activation_scales  # noqa: PLC0415
-    from . import fused as _fused  # noqa: PLC0415
+    from harness.kernels import fused_gemm as _fused  # noqa: PLC0415
     from .graphs import capture_forward  # noqa: PLC0415
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

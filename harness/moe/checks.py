@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from . import fused as _fused
+from harness.kernels import fused_gemm as _fused
 from .layer import build_emulated_moe, calibrate_activation_scales
 from .routing import route
 from .schemes import SCHEME_NAMES, get_scheme

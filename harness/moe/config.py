@@ -43,10 +43,11 @@ class MoEQuantConfig:
         if not self.scheme.needs_act_gscale and (self.a1_gscale is not None or self.a2_gscale is not None):
             raise ValueError(f"{self.scheme.name}: a1_gscale/a2_gscale are nvfp4 encode-side scales; "
                              "use a1_scale/a2_scale (decode side) for fp8 activations")
-        if self.scheme.is_nvfp4:
+        if self.scheme.two_level:
             for name in ("w13_gscale", "w2_gscale"):
                 if getattr(self, name) is None:
-                    raise ValueError(f"nvfp4: {name} (per-expert encode-side global scale [E]) is required")
+                    raise ValueError(f"{self.scheme.name}: {name} (per-expert encode-side global scale [E]) "
+                                     "is required")
 
     @property
     def quant_dtype(self) -> Optional[str]:

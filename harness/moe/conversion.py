@@ -19,12 +19,12 @@ import harness.formats as hf
 
 from . import ops
 from .config import MoEQuantConfig
-from .schemes import get_scheme
+from .schemes import NVFP4, get_scheme
 
 
 class MoEBackend(enum.Enum):
     EMULATION = "unfused"  # dequantize weights, torch matmul in float32
-    TRITON_FUSED = "fused"  # Triton dequant + grouped GEMM (harness/moe/fused.py)
+    TRITON_FUSED = "fused"  # Triton dequant + grouped GEMM (harness/kernels/fused_gemm.py)
 
     @classmethod
     def parse(cls, backend) -> "MoEBackend":
@@ -67,6 +67,13 @@ def _per_expert(v: torch.Tensor, num_experts: int, what: str) -> torch.Tensor:
     return v
 
 
+def _two_level_scheme(scheme, who: str):
+    s = get_scheme(scheme)
+    if not s.two_level:
+        raise ValueError(f"{who}: {s.name} is not a two-level (global scale + block scale) scheme")
+    return s
+
+
 def _input_gscale(decode_scale, what):
     """Decode-side input scale(s) (amax/2688, one per expert in ModelOpt) ->
     one encode-side activation global scale: 1 / max (the activation is
@@ -77,28 +84,31 @@ def _input_gscale(decode_scale, what):
 
 
 def convert_to_nvfp4_moe_kernel_format(layer, w13, w13_scale, w13_scale_2, w2, w2_scale, w2_scale_2,
-                                       a13_scale, a2_scale, backend) -> dict:
+                                       a13_scale, a2_scale, backend, scheme=NVFP4) -> dict:
     """ModelOpt-convention NVFP4 tensors -> {"backend", "quant_config", "kernel_weights"}.
 
     w13 [E, 2I, H/2] packed e2m1; w13_scale [E, 2I, H/16] E4M3; w13_scale_2 [E]
     DECODE-side weight_scale_2 = amax/2688 (inverted here to the encode-side
     per-expert gscale); a13_scale / a2_scale DECODE-side input scales.
+    `scheme`: any two-level scheme row (default nvfp4).
     `layer` is accepted for signature parity and never read."""
     backend = MoEBackend.parse(backend)
+    s = _two_level_scheme(scheme, "convert_to_nvfp4_moe_kernel_format")
+    fmt = s.weight_fmt
     device = w13.device  # never layer.weight: a MoE layer has only w13/w2
     ops.prepare_device(device)
     num_experts = w13.shape[0]
-    s13 = hf.scale_bytes(w13_scale, "nvfp4", "w13_weight_scale").to(device)
-    s2 = hf.scale_bytes(w2_scale, "nvfp4", "w2_weight_scale").to(device)
-    c13 = unpack_weight(w13.to(device), s13, "nvfp4", "w13_weight")
-    c2 = unpack_weight(w2.to(device), s2, "nvfp4", "w2_weight")
+    s13 = hf.scale_bytes(w13_scale, fmt, "w13_weight_scale").to(device)
+    s2 = hf.scale_bytes(w2_scale, fmt, "w2_weight_scale").to(device)
+    c13 = unpack_weight(w13.to(device), s13, fmt, "w13_weight")
+    c2 = unpack_weight(w2.to(device), s2, fmt, "w2_weight")
     g13 = hf.global_scale_from_modelopt(_per_expert(w13_scale_2, num_experts, "w13_weight_scale_2")).to(device)
     g2 = hf.global_scale_from_modelopt(_per_expert(w2_scale_2, num_experts, "w2_weight_scale_2")).to(device)
-    q13 = hf.QuantizedTensor(c13, s13, g13.reshape(-1, 1), "nvfp4")
-    q2 = hf.QuantizedTensor(c2, s2, g2.reshape(-1, 1), "nvfp4")
+    q13 = hf.QuantizedTensor(c13, s13, g13.reshape(-1, 1), fmt)
+    q2 = hf.QuantizedTensor(c2, s2, g2.reshape(-1, 1), fmt)
     a1g = _input_gscale(a13_scale, "a13_scale")
     a2g = _input_gscale(a2_scale, "a2_scale")
-    qc = MoEQuantConfig("nvfp4", q13, q2, g13, g2,
+    qc = MoEQuantConfig(s, q13, q2, g13, g2,
                         a1_gscale=None if a1g is None else a1g.to(device),
                         a2_gscale=None if a2g is None else a2g.to(device))
     return _finish(qc, backend)
@@ -123,10 +133,10 @@ def convert_to_ocp_mx_moe_kernel_format(layer, w13, w13_scale, w2, w2_scale, bac
 def _finish(qc: MoEQuantConfig, backend: MoEBackend) -> dict:
     out = {"backend": backend, "quant_config": qc, "kernel_weights": None}
     if backend is MoEBackend.TRITON_FUSED:
-        from . import fused  # noqa: PLC0415
+        from harness.kernels import fused_gemm  # noqa: PLC0415
 
-        out["kernel_weights"] = (fused.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
-                                 fused.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))
+        out["kernel_weights"] = (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
+                                 fused_gemm.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))
     return out
 
 
@@ -156,10 +166,11 @@ def create_moe_weights(layer, scheme, num_experts, hidden, intermediate, backend
     _param(layer, "w13_weight", torch.zeros(E, 2 * I, H // per_byte, dtype=torch.uint8, **kw))
     _param(layer, "w2_weight", torch.zeros(E, H, I // per_byte, dtype=torch.uint8, **kw))
     # weight_scale exists in EVERY branch, emulation included.
-    sdt = torch.float8_e4m3fn if s.is_nvfp4 else torch.uint8
+    # two-level rows store their minifloat block scale as its torch dtype (E4M3FN)
+    sdt = getattr(torch, spec.scale.torch_dtype) if s.two_level else torch.uint8
     _param(layer, "w13_weight_scale", torch.zeros(E, 2 * I, H // spec.block_size, dtype=torch.uint8, **kw).view(sdt))
     _param(layer, "w2_weight_scale", torch.zeros(E, H, I // spec.block_size, dtype=torch.uint8, **kw).view(sdt))
-    if s.is_nvfp4:
+    if s.two_level:
         for name in ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale"):
             _param(layer, name, torch.ones(E, dtype=torch.float32, **kw))
     return layer
@@ -172,9 +183,10 @@ def convert_layer_weights(layer, scheme, backend) -> dict:
     if s.weight_fmt is None:
         raise ValueError("bf16 layers need no conversion")
     w = {n: p.data for n, p in layer.named_parameters()}
-    if s.is_nvfp4:
+    if s.two_level:
         return convert_to_nvfp4_moe_kernel_format(
             layer, w["w13_weight"], w["w13_weight_scale"], w["w13_weight_scale_2"], w["w2_weight"],
-            w["w2_weight_scale"], w["w2_weight_scale_2"], w.get("w13_input_scale"), w.get("w2_input_scale"), backend)
+            w["w2_weight_scale"], w["w2_weight_scale_2"], w.get("w13_input_scale"), w.get("w2_input_scale"), backend,
+            scheme=s)
     return convert_to_ocp_mx_moe_kernel_format(layer, w["w13_weight"], w["w13_weight_scale"], w["w2_weight"],
                                                w["w2_weight_scale"], backend, scheme=s)

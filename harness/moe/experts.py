@@ -95,11 +95,11 @@ class ExpertsBase(torch.nn.Module):
                 ops.dequantize_expert_weights(qc.w2_q, qc.w2_gscale, backend=self.op_backend))
 
     def _make_kernel_weights(self):
-        from . import fused  # noqa: PLC0415  (Triton only needed for this backend)
+        from harness.kernels import fused_gemm  # noqa: PLC0415  (Triton only needed for this backend)
 
         qc = self.quant_config
-        return (fused.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
-                fused.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))
+        return (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
+                fused_gemm.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))
 
     # -- scale selection: by `is None`, never `a or b` on tensors ---------------
     def a1_input_scale(self):
@@ -118,19 +118,19 @@ class ExpertsBase(torch.nn.Module):
 
     def _gemm(self, x, ids, which: int, w_unfused):
         if self.backend == "fused":
-            from . import fused  # noqa: PLC0415
+            from harness.kernels import fused_gemm  # noqa: PLC0415
 
             a_gscale = None
-            if self.scheme.is_nvfp4:
+            if self.scheme.two_level:
                 a_gscale = self.a1_input_scale() if which == 0 else self.a2_input_scale()
-            return fused.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
-                                  a_gscale=a_gscale, mode=self.fused_mode)
+            return fused_gemm.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
+                                       a_gscale=a_gscale, mode=self.fused_mode)
         return _grouped_gemm_unfused(x, ids, w_unfused[which])
 
     def _precision(self, device) -> str:
-        from . import fused  # noqa: PLC0415
+        from harness.kernels import fused_gemm  # noqa: PLC0415
 
-        return fused.resolve_precision(self.fused_precision, self.scheme, device)
+        return fused_gemm.resolve_precision(self.fused_precision, self.scheme, device)
 
     def apply(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, *,
               activation: str = "silu") -> torch.Tensor:
@@ -145,7 +145,7 @@ class ExpertsBase(torch.nn.Module):
         xs = x.unsqueeze(1).expand(T, k, H).reshape(T * k, H)
         h1 = self._gemm(xs, ids, 0, w)
         if self.backend == "fused" and activation == "silu" and h1.is_cuda:
-            from . import fused_act  # noqa: PLC0415  (bitwise the torch op, one pass)
+            from harness.kernels import fused_act  # noqa: PLC0415  (bitwise the torch op, one pass)
 
             g = fused_act.silu_and_mul(h1)
         else:
@@ -165,8 +165,9 @@ class NvFp4EmulationExperts(ExpertsBase):
     expects_unquantized_inputs = True
 
     def __init__(self, quant_config, **kw):
-        if not quant_config.scheme.is_nvfp4:
-            raise ValueError(f"NvFp4EmulationExperts needs the nvfp4 scheme, got {quant_config.scheme.name}")
+        if not quant_config.scheme.two_level:
+            raise ValueError(f"NvFp4EmulationExperts needs a two-level (nvfp4-style) scheme, got "
+                             f"{quant_config.scheme.name}")
         super().__init__(quant_config, **kw)
 
     def apply(self, hidden, topk_weights, topk_ids, *, activation="silu"):
@@ -181,7 +182,7 @@ class OcpMxEmulationExperts(ExpertsBase):
 
     def __init__(self, quant_config, **kw):
         s = quant_config.scheme
-        if s.is_nvfp4 or s.weight_only:
+        if s.two_level or s.weight_only:
             raise ValueError(f"OcpMxEmulationExperts needs an OCP MX w+a scheme, got {s.name}")
         super().__init__(quant_config, **kw)
 
@@ -215,9 +216,9 @@ class UnquantizedExperts(ExpertsBase):
         return self._w13.to(torch.float32), self._w2.to(torch.float32)
 
     def _make_kernel_weights(self):
-        from . import fused  # noqa: PLC0415
+        from harness.kernels import fused_gemm  # noqa: PLC0415
 
-        return fused.FusedWeights.from_float(self._w13), fused.FusedWeights.from_float(self._w2)
+        return fused_gemm.FusedWeights.from_float(self._w13), fused_gemm.FusedWeights.from_float(self._w2)
 
     def a1_input_scale(self):
         return None
@@ -228,7 +229,7 @@ class UnquantizedExperts(ExpertsBase):
 
 def make_experts(quant_config: MoEQuantConfig, backend: str = "unfused", **kw) -> ExpertsBase:
     s = quant_config.scheme
-    if s.is_nvfp4:
+    if s.two_level:
         cls = NvFp4EmulationExperts
     elif s.weight_only:
         cls = Mxfp8WeightOnlyExperts

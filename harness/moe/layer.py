@@ -66,10 +66,10 @@ def quantize_expert_weights(w: torch.Tensor, scheme) -> tuple:
     wf = w.detach().to(torch.float32)
     if wf.dim() != 3:
         raise ValueError(f"expert weights must be [E, N, K], got {tuple(wf.shape)}")
-    if s.is_nvfp4:
+    if s.two_level:
         amax = wf.abs().amax(dim=(1, 2))
-        gs = hf.nvfp4_global_scale(amax)
-        return hf.quantize(wf, "nvfp4", global_scale=gs.reshape(-1, 1)), gs
+        gs = hf.nvfp4_global_scale(amax, s.weight_fmt)
+        return hf.quantize(wf, s.weight_fmt, global_scale=gs.reshape(-1, 1)), gs
     return hf.quantize(wf, s.weight_fmt, scale_mode=s.scale_mode), None
 
 
@@ -95,7 +95,7 @@ def build_emulated_moe(scheme, w13: torch.Tensor, w2: torch.Tensor, *, top_k: in
     """w13 [E, 2I, H] (gate then up), w2 [E, H, I], float -> FusedMoE.
     scheme "bf16": no quantization (weights kept as given, computed in float32).
     backend "unfused" (dequantize, torch.matmul in float32) or "fused" (Triton,
-    harness/moe/fused.py: fused_precision auto|ieee|bf16, fused_mode
+    harness/kernels/fused_gemm.py: fused_precision auto|ieee|bf16, fused_mode
     auto|fused|predequant); op_backend (auto|triton|torch) routes the QDQ and
     weight-dequant ops of the unfused path."""
     s = get_scheme(scheme)
@@ -112,16 +112,18 @@ def build_emulated_moe(scheme, w13: torch.Tensor, w2: torch.Tensor, *, top_k: in
 
 @torch.no_grad()
 def calibrate_activation_scales(w13, w2, hidden, router_logits, *, top_k, renormalize=True,
-                                scoring="softmax", activation="silu"):
-    """Encode-side nvfp4 activation global scales (a1_gscale, a2_gscale) =
-    2688 / amax of the GEMM inputs in the UNQUANTIZED forward over the samples.
+                                scoring="softmax", activation="silu", scheme=None):
+    """Encode-side activation global scales (a1_gscale, a2_gscale) of a
+    two-level scheme (nvfp4 when None) = gs_numerator / amax (2688 / amax for
+    nvfp4) of the GEMM inputs in the UNQUANTIZED forward over the samples.
     As vLLM's calibration: one scale per layer input, max over all tokens."""
+    fmt = None if scheme is None else get_scheme(scheme).act_fmt
     act = get_activation(activation)
     x = hidden.to(torch.float32)
     w, ids = routing.route(router_logits, top_k, scoring=scoring, renormalize=renormalize)
     T, H = x.shape
     xs = x.unsqueeze(1).expand(T, top_k, H).reshape(-1, H)
     a = act(_grouped_gemm_unfused(xs, ids.reshape(-1), w13.to(torch.float32)))
-    a1 = hf.nvfp4_global_scale(x.abs().amax() if T else torch.zeros(()))
-    a2 = hf.nvfp4_global_scale(a.abs().amax() if T else torch.zeros(()))
+    a1 = hf.nvfp4_global_scale(x.abs().amax() if T else torch.zeros(()), fmt)
+    a2 = hf.nvfp4_global_scale(a.abs().amax() if T else torch.zeros(()), fmt)
     return a1, a2

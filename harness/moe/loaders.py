@@ -19,11 +19,12 @@ from .config import MoEQuantConfig
 from .conversion import (
     MoEBackend,
     _per_expert,
+    _two_level_scheme,
     convert_to_nvfp4_moe_kernel_format,
     convert_to_ocp_mx_moe_kernel_format,
     unpack_weight,
 )
-from .schemes import get_scheme
+from .schemes import NVFP4, get_scheme
 
 
 def _get(tensors: dict, *names):
@@ -33,32 +34,36 @@ def _get(tensors: dict, *names):
     raise KeyError(f"checkpoint tensor missing: one of {names}")
 
 
-def load_modelopt_nvfp4(tensors: dict) -> MoEQuantConfig:
+def load_modelopt_nvfp4(tensors: dict, scheme=NVFP4) -> MoEQuantConfig:
     """Keys: w13_weight, w13_weight_scale, w13_weight_scale_2, w2_weight,
-    w2_weight_scale, w2_weight_scale_2, optional w13_input_scale, w2_input_scale."""
+    w2_weight_scale, w2_weight_scale_2, optional w13_input_scale, w2_input_scale.
+    `scheme`: any two-level scheme row (default nvfp4)."""
     t = tensors
     out = convert_to_nvfp4_moe_kernel_format(
         None, t["w13_weight"], t["w13_weight_scale"], t["w13_weight_scale_2"], t["w2_weight"],
         t["w2_weight_scale"], t["w2_weight_scale_2"], t.get("w13_input_scale"), t.get("w2_input_scale"),
-        MoEBackend.EMULATION)
+        MoEBackend.EMULATION, scheme=scheme)
     return out["quant_config"]
 
 
-def load_compressed_tensors_nvfp4(tensors: dict) -> MoEQuantConfig:
+def load_compressed_tensors_nvfp4(tensors: dict, scheme=NVFP4) -> MoEQuantConfig:
     """Keys: w13_weight_packed (or w13_weight), w13_weight_scale,
     w13_weight_global_scale (encode side, [E] or scalar), the same for w2, and
-    optional w13_input_global_scale / w2_input_global_scale (encode side)."""
+    optional w13_input_global_scale / w2_input_global_scale (encode side).
+    `scheme`: any two-level scheme row (default nvfp4)."""
+    s = _two_level_scheme(scheme, "load_compressed_tensors_nvfp4")
+    fmt = s.weight_fmt
     t = tensors
     w13 = _get(t, "w13_weight_packed", "w13_weight")
     w2 = _get(t, "w2_weight_packed", "w2_weight")
     device = w13.device
     E = w13.shape[0]
-    s13 = hf.scale_bytes(t["w13_weight_scale"], "nvfp4", "w13_weight_scale").to(device)
-    s2 = hf.scale_bytes(t["w2_weight_scale"], "nvfp4", "w2_weight_scale").to(device)
+    s13 = hf.scale_bytes(t["w13_weight_scale"], fmt, "w13_weight_scale").to(device)
+    s2 = hf.scale_bytes(t["w2_weight_scale"], fmt, "w2_weight_scale").to(device)
     g13 = hf.global_scale_from_compressed_tensors(_per_expert(t["w13_weight_global_scale"], E, "w13")).to(device)
     g2 = hf.global_scale_from_compressed_tensors(_per_expert(t["w2_weight_global_scale"], E, "w2")).to(device)
-    q13 = hf.QuantizedTensor(unpack_weight(w13, s13, "nvfp4", "w13_weight"), s13, g13.reshape(-1, 1), "nvfp4")
-    q2 = hf.QuantizedTensor(unpack_weight(w2, s2, "nvfp4", "w2_weight"), s2, g2.reshape(-1, 1), "nvfp4")
+    q13 = hf.QuantizedTensor(unpack_weight(w13, s13, fmt, "w13_weight"), s13, g13.reshape(-1, 1), fmt)
+    q2 = hf.QuantizedTensor(unpack_weight(w2, s2, fmt, "w2_weight"), s2, g2.reshape(-1, 1), fmt)
 
     def act(name):
         v = t.get(name)
@@ -67,7 +72,7 @@ def load_compressed_tensors_nvfp4(tensors: dict) -> MoEQuantConfig:
     from . import ops  # noqa: PLC0415
 
     ops.prepare_device(device)
-    return MoEQuantConfig("nvfp4", q13, q2, g13, g2, a1_gscale=act("w13_input_global_scale"),
+    return MoEQuantConfig(s, q13, q2, g13, g2, a1_gscale=act("w13_input_global_scale"),
                           a2_gscale=act("w2_input_global_scale"))
 
 
@@ -77,7 +82,7 @@ def load_ocp_mx(tensors: dict, scheme=None) -> MoEQuantConfig:
     w_mxfp4_a_mxfp4). fp4 weights may be packed (low nibble first)."""
     name = scheme if scheme is not None else tensors.get("scheme", "w_mxfp4_a_mxfp4")
     s = get_scheme(name)
-    if s.is_nvfp4 or s.weight_fmt is None:
+    if s.two_level or s.weight_fmt is None:
         raise ValueError(f"load_ocp_mx: {s.name} is not an OCP MX scheme")
     t = tensors
     out = convert_to_ocp_mx_moe_kernel_format(None, t["w13_weight"], t["w13_weight_scale"], t["w2_weight"],

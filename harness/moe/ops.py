@@ -23,6 +23,7 @@ import harness.formats as hf
 from harness.formats import minifloat as _minifloat
 from harness.formats import quant as _quant
 from harness.formats import scales as _scales
+from harness.formats.validate import global_scale_blocks
 
 BACKENDS = ("auto", "triton", "torch")
 
@@ -60,7 +61,9 @@ def prepare_device(device) -> None:
     device = torch.device(device)
     for spec in hf.FORMATS.values():
         _minifloat.decode_lut(spec.element, device)
-    _minifloat.decode_lut(hf.E4M3, device)
+        if spec.is_two_level:
+            _minifloat.decode_lut(spec.scale, device)
+    _minifloat.decode_lut(hf.E4M3, device)  # per-tensor fp8 activations
     _scales._tables(device)
 
 
@@ -74,8 +77,8 @@ def _torch_qdq(x: torch.Tensor, fmt: str, scale_mode: str, rounding: str, global
         gs_t = None
     else:
         gs_t = hf.as_global_scale(global_scale, x.device, read_values=False)
-        gsb = _quant._global_scale_blocks(gs_t, x.shape[:-1], x.device)
-        codes, byte = _quant._quantize_nvfp4(xb, spec, gsb, rounding)
+        gsb = global_scale_blocks(gs_t, x.shape[:-1], x.device)
+        codes, byte = _quant._quantize_two_level(xb, spec, gsb, rounding)
     q = hf.QuantizedTensor(codes.reshape(x.shape), byte, gs_t, spec.name, scale_mode, rounding, x.dtype)
     return hf.dequantize_without_value_checks(q, x.dtype)
 
@@ -86,8 +89,8 @@ def qdq(x: torch.Tensor, fmt: str, *, scale_mode: str = "floor", rounding: str =
     if _use_kernels(backend, x.device):
         return kernels_module().qdq(x, fmt, scale_mode=scale_mode, rounding=rounding,
                                     global_scale=global_scale, backend="triton" if backend == "triton" else "auto")
-    if not hf.get_format(fmt).is_mx and global_scale is None:
-        raise ValueError("nvfp4 QDQ needs a global scale")
+    if hf.get_format(fmt).has_global_scale and global_scale is None:
+        raise ValueError(f"{fmt} QDQ needs a global scale")
     return _torch_qdq(x, fmt, scale_mode, rounding, global_scale)
 
 
@@ -114,16 +117,16 @@ def e4m3_qdq_per_tensor(x: torch.Tensor, scale: Optional[torch.Tensor]) -> torch
 def dequantize_expert_weights(q: hf.QuantizedTensor, gscale: Optional[torch.Tensor], *,
                               backend: str = "auto") -> torch.Tensor:
     """[E, N, K] codes + block scales (+ per-expert encode-side global scale
-    [E] for nvfp4) -> float32 weights, bit-identical to hf.dequantize:
-    MX: decode(code) * 2^(byte-127); nvfp4: decode(code) * fl32(s / gs[e])."""
+    [E] for two-level rows) -> float32 weights, bit-identical to hf.dequantize:
+    MX: decode(code) * 2^(byte-127); two-level: decode(code) * fl32(s / gs[e])."""
     spec = hf.get_format(q.fmt)
     if _use_kernels(backend, q.codes.device):
-        return kernels_module().dequantize_weights(q.codes, q.scales, gscale if not spec.is_mx else None,
+        return kernels_module().dequantize_weights(q.codes, q.scales, gscale if spec.has_global_scale else None,
                                                    spec.name, torch.float32)
     gs = None
-    if not spec.is_mx:
+    if spec.has_global_scale:
         if gscale is None:
-            raise ValueError("nvfp4 weights need their per-expert global scale")
+            raise ValueError(f"{spec.name} weights need their per-expert global scale")
         gs = gscale.to(torch.float32).reshape(-1, 1)
     qq = hf.QuantizedTensor(q.codes, q.scales, gs, spec.name, q.scale_mode, q.rounding, torch.float32)
     return hf.dequantize_without_value_checks(qq, torch.float32)

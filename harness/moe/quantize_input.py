@@ -7,8 +7,9 @@ quantization" (an upstream bug silently skipped activation QDQ for a dtype
 string that was not a dispatch key).
 
 A_scale meaning per key:
-  "nvfp4": the ENCODE-side activation global scale (a1_gscale / a2_gscale,
-           448*6/amax); None -> ValueError (never silently 1.0).
+  two-level formats (nvfp4): the ENCODE-side activation global scale
+           (a1_gscale / a2_gscale, 448*6/amax for nvfp4); None -> ValueError
+           (never silently 1.0).
   "fp8":   the DECODE-side per-tensor scale (x ~= q * A_scale); None -> dynamic
            per-tensor scale amax/448, computed on the device.
   MX keys: no scale (block scales are computed); A_scale is ignored.
@@ -20,9 +21,28 @@ import harness.formats as hf
 
 from . import ops
 
-# dispatch key -> kind; every harness.formats MX format is a key of its own.
-QUANT_DTYPES: dict = {None: "none", "nvfp4": "nvfp4", "fp8": "fp8_per_tensor"}
-QUANT_DTYPES.update({name: "mx" for name in hf.MX_FORMAT_NAMES})
+_NON_FORMAT_KINDS = {None: "none", "fp8": "fp8_per_tensor"}
+
+
+def _format_kind(spec) -> str:
+    return "two_level" if spec.has_global_scale else "mx"
+
+
+def quant_kind(quant_dtype) -> str:
+    """Dispatch kind of a key: every harness.formats row is a key of its own,
+    its kind read from the row (the table as it is now); ValueError otherwise."""
+    if isinstance(quant_dtype, str) and quant_dtype in hf.FORMATS:
+        return _format_kind(hf.FORMATS[quant_dtype])
+    if (quant_dtype is None or isinstance(quant_dtype, str)) and quant_dtype in _NON_FORMAT_KINDS:
+        return _NON_FORMAT_KINDS[quant_dtype]
+    keys = list(_NON_FORMAT_KINDS) + list(hf.FORMATS)
+    raise ValueError(f"unknown activation quant dtype {quant_dtype!r}; expected one of "
+                     f"{', '.join(repr(k) for k in keys)}")
+
+
+# dispatch key -> kind, as the table was at import (for introspection).
+QUANT_DTYPES: dict = dict(_NON_FORMAT_KINDS)
+QUANT_DTYPES.update({name: _format_kind(spec) for name, spec in hf.FORMATS.items()})
 
 
 def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "even", rounding: str = "rne",
@@ -31,19 +51,16 @@ def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "eve
 
     Only emulation exists here (QDQ, no packed output), so
     quantization_emulation=False is refused rather than ignored."""
-    if quant_dtype not in QUANT_DTYPES:
-        raise ValueError(f"unknown activation quant dtype {quant_dtype!r}; expected one of "
-                         f"{', '.join(repr(k) for k in QUANT_DTYPES)}")
+    kind = quant_kind(quant_dtype)
     if not quantization_emulation:
         raise ValueError("moe_kernel_quantize_input: only quantization_emulation=True is implemented")
-    kind = QUANT_DTYPES[quant_dtype]
     if kind == "none":
         return A, None
-    if kind == "nvfp4":
+    if kind == "two_level":
         if A_scale is None:
-            raise ValueError("nvfp4 activation quantization needs A_scale (the encode-side global scale "
+            raise ValueError(f"{quant_dtype} activation quantization needs A_scale (the encode-side global scale "
                              "a1_gscale/a2_gscale); got None")
-        return ops.qdq(A, "nvfp4", rounding=rounding, global_scale=A_scale, backend=backend), None
+        return ops.qdq(A, quant_dtype, rounding=rounding, global_scale=A_scale, backend=backend), None
     if kind == "fp8_per_tensor":
         return ops.e4m3_qdq_per_tensor(A, A_scale), None
     return ops.qdq(A, quant_dtype, scale_mode=scale_mode, rounding=rounding, backend=backend), None

@@ -129,7 +129,7 @@ def reference_activation(h: torch.Tensor, activation: str) -> torch.Tensor:
 # --------------------------------------------------------------------------- QDQ
 def _qdq_fp8_per_tensor(x32: torch.Tensor, scale) -> torch.Tensor:
     """Per-tensor float8_e4m3fn QDQ with a decode-side scale (None: amax/448)."""
-    e4m3 = hf.FORMATS["mxfp8_e4m3"].element
+    e4m3 = hf.E4M3  # per-tensor fp8 activations: the E4M3FN element
     if scale is None:
         amax = x32.abs().amax() if x32.numel() else torch.zeros((), dtype=F32)
         # divided by a tensor: correctly rounded on every device (a Python-scalar
@@ -162,9 +162,9 @@ def qdq_activation(x32: torch.Tensor, scheme, *, scale=None, gscale=None, which:
     spec = hf.FORMATS[act]
     if x32.numel() == 0:
         return x32.clone()
-    if spec.has_global_scale:  # nvfp4
+    if spec.has_global_scale:
         if gscale is None:
-            raise ValueError(f"{scheme.name}: {which}_gscale is required for nvfp4 activations (got None)")
+            raise ValueError(f"{scheme.name}: {which}_gscale is required for {act} activations (got None)")
         return hf.qdq(x32, act, global_scale=torch.as_tensor(gscale).to(F32))
     return hf.qdq(x32, act, scale_mode=getattr(scheme, "scale_mode", "even") or "even", rounding="rne")
 
@@ -174,7 +174,7 @@ def dequant_weight(q, gscale, scheme, which: str) -> torch.Tensor:
     spec = hf.get_format(q.fmt)
     if spec.has_global_scale:
         if gscale is None:
-            raise ValueError(f"{getattr(scheme, 'name', scheme)}: {which}_gscale is required for nvfp4 weights")
+            raise ValueError(f"{getattr(scheme, 'name', scheme)}: {which}_gscale is required for {q.fmt} weights")
         E = q.codes.shape[0]
         gs = torch.as_tensor(gscale).to(device=q.codes.device, dtype=F32).reshape(E, 1)
         q = hf.QuantizedTensor(

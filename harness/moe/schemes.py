@@ -20,17 +20,21 @@ class Scheme:
     act_fmt: Optional[str]  # format of the GEMM inputs; "fp8" = per-tensor E4M3; None = no QDQ
     quant_dtype: Optional[str]  # dispatch key of moe_kernel_quantize_input
     # MX block-scale mode used for weights (at build) and activations (QDQ).
-    # "even" as vLLM's OCP MX emulation (AMD Quark); nvfp4 has no mode ("floor" placeholder).
+    # "even" as vLLM's OCP MX emulation (AMD Quark); two-level formats have no
+    # mode ("floor" placeholder).
     scale_mode: str = "even"
-    needs_act_gscale: bool = False  # nvfp4: a1_gscale/a2_gscale are required
+    needs_act_gscale: bool = False  # two-level activations: a1_gscale/a2_gscale are required
 
     @property
     def weight_spec(self):
         return hf.FORMATS[self.weight_fmt] if self.weight_fmt else None
 
     @property
-    def is_nvfp4(self) -> bool:
-        return self.weight_fmt == "nvfp4"
+    def two_level(self) -> bool:
+        """Weights in a two-level format (global scale + minifloat block
+        scale, NVFP4-style): per-expert encode-side global scales."""
+        spec = self.weight_spec
+        return spec is not None and spec.has_global_scale
 
     @property
     def weight_only(self) -> bool:
@@ -50,8 +54,11 @@ def _mx(name, w, a, qd):
     return Scheme(name, w, a, qd, scale_mode="even")
 
 
+# The two-level scheme the ModelOpt / compressed-tensors NVFP4 loaders default to.
+NVFP4 = Scheme("nvfp4", "nvfp4", "nvfp4", "nvfp4", scale_mode="floor", needs_act_gscale=True)
+
 _ROWS = (
-    Scheme("nvfp4", "nvfp4", "nvfp4", "nvfp4", scale_mode="floor", needs_act_gscale=True),
+    NVFP4,
     _mx("w_mxfp4_a_mxfp4", "mxfp4", "mxfp4", "mxfp4"),
     _mx("w_mxfp4_a_mxfp6_e3m2", "mxfp4", "mxfp6_e3m2", "mxfp6_e3m2"),
     _mx("w_mxfp4_a_mxfp6_e2m3", "mxfp4", "mxfp6_e2m3", "mxfp6_e2m3"),

@@ -51,12 +51,13 @@ import torch
 
 import harness.formats as hf
 from harness.formats import minifloat, scales
+from harness.formats.spec import U32
 
 from . import reference as ref
 
 F32, F64 = torch.float32, torch.float64
-U = 2.0**-24  # float32 unit roundoff
-_ONE_SIXTH = torch.tensor(1.0 / 6.0, dtype=F32).item()
+U = U32  # float32 unit roundoff
+_FP8_MAX = hf.E4M3.max_normal  # per-tensor fp8 activations: E4M3FN, max 448
 
 
 def gamma(n: int) -> float:
@@ -100,8 +101,7 @@ def _mx_interval(c, d, spec, mode):
     return lo.reshape(P, K).double(), hi.reshape(P, K).double()
 
 
-def _nvfp4_interval(c, d, gs):
-    spec = hf.FORMATS["nvfp4"]
+def _two_level_interval(c, d, gs, spec):
     P, K = c.shape
     B = spec.block_size
     gs = torch.as_tensor(gs).cpu().to(F32).reshape(())
@@ -111,28 +111,29 @@ def _nvfp4_interval(c, d, gs):
     amax_hi = _f32_up(cb.abs() + db).amax(-1, keepdim=True)
 
     def scode(a):
-        return scales.e4m3_encode(torch.clamp(gs * (a * _ONE_SIXTH), -448.0, 448.0)).long()
+        return scales.block_scale_encode(spec, torch.clamp(gs * (a * spec.inv_elem_max), -spec.scale_max,
+                                                           spec.scale_max)).long()
 
     c_lo, c_hi = scode(amax_lo), scode(amax_hi)
     lo = torch.full_like(cb, math.inf, dtype=F32)
     hi = torch.full_like(cb, -math.inf, dtype=F32)
     for i in range(_MAX_CANDIDATES):
         code = torch.minimum(c_lo + i, c_hi)
-        s = scales.e4m3_decode(code.to(torch.uint8))
+        s = scales.block_scale_decode(spec, code.to(torch.uint8))
         r = gs / s
         for v in (lo_in, hi_in):
-            y = torch.clamp(v * r, -6.0, 6.0)
+            y = torch.clamp(v * r, -spec.elem_max, spec.elem_max)
             q = minifloat.decode(spec.element, minifloat.encode(spec.element, y, "rne")) * (s / gs)
             q = torch.where(s == 0, torch.zeros_like(q), q)
             lo, hi = torch.minimum(lo, q), torch.maximum(hi, q)
     coarse = c_hi - c_lo >= _MAX_CANDIDATES
-    m = (6.0 * scales.e4m3_decode(c_hi.to(torch.uint8)) / gs).expand_as(lo)
+    m = (spec.elem_max * scales.block_scale_decode(spec, c_hi.to(torch.uint8)) / gs).expand_as(lo)
     lo, hi = torch.where(coarse, -m, lo), torch.where(coarse, m, hi)
     return lo.reshape(P, K).double(), hi.reshape(P, K).double()
 
 
 def _fp8_interval(c, d, scale):
-    el = hf.FORMATS["mxfp8_e4m3"].element
+    el = hf.E4M3  # per-tensor fp8 activations: the E4M3FN element
     lo_in, hi_in = _f32_down(c - d), _f32_up(c + d)
     if scale is not None:
         cands = [torch.as_tensor(scale).cpu().to(F32).reshape(())]
@@ -141,8 +142,8 @@ def _fp8_interval(c, d, scale):
     else:
         amax_lo = _f32_down(torch.clamp(c.abs() - d, min=0)).amax()
         amax_hi = _f32_up(c.abs() + d).amax()
-        s_lo = torch.where(amax_lo > 0, amax_lo / 448.0, torch.ones_like(amax_lo))
-        s_hi = torch.where(amax_hi > 0, amax_hi / 448.0, torch.ones_like(amax_hi))
+        s_lo = torch.where(amax_lo > 0, amax_lo / _FP8_MAX, torch.ones_like(amax_lo))
+        s_hi = torch.where(amax_hi > 0, amax_hi / _FP8_MAX, torch.ones_like(amax_hi))
         s_lo, s_hi = torch.minimum(s_lo, s_hi), torch.maximum(s_lo, s_hi)
         cands, s = [], s_lo
         while bool(s <= s_hi) and len(cands) <= 8:
@@ -173,7 +174,7 @@ def qdq_interval(center: torch.Tensor, delta: torch.Tensor, scheme, cfg, which: 
         return _fp8_interval(center, delta, getattr(cfg, f"{which}_scale"))
     spec = hf.FORMATS[act]
     if spec.has_global_scale:
-        return _nvfp4_interval(center, delta, getattr(cfg, f"{which}_gscale"))
+        return _two_level_interval(center, delta, getattr(cfg, f"{which}_gscale"), spec)
     return _mx_interval(center, delta, spec, scheme.scale_mode)
 
 

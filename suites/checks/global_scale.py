@@ -17,11 +17,11 @@ def check_checkpoint_conventions(problem, t=None):
         t = problem.tensors()
     truth = truth_of(problem, t)
     scheme = ref.resolve_scheme(problem.scheme)
-    convs = ("modelopt", "compressed_tensors") if scheme.is_nvfp4 else ("native",)
+    convs = ("modelopt", "compressed_tensors") if scheme.two_level else ("native",)
     want13 = ref.dequant_weight(truth.w13_q, truth.w13_gscale, scheme, "w13")
     want2 = ref.dequant_weight(truth.w2_q, truth.w2_gscale, scheme, "w2")
     for conv in convs:
-        p = problem.replace(ckpt=conv) if scheme.is_nvfp4 else problem
+        p = problem.replace(ckpt=conv) if scheme.two_level else problem
         cfg = load_config(p, t, truth)
         got13 = ref.dequant_weight(cfg.w13_q, cfg.w13_gscale, scheme, "w13")
         got2 = ref.dequant_weight(cfg.w2_q, cfg.w2_gscale, scheme, "w2")

@@ -19,7 +19,7 @@ def check_fused_large_offsets(device="cpu", scheme_name="w_mxfp8", E=3, N=32, K=
     only: pages that are never written are never committed), so expert 2
     starts beyond 2^31: int32 offset arithmetic wraps there. Rows routed to the
     last expert must equal x @ dequant(W[e]).T (float32 GEMM bound)."""
-    from harness.moe import fused
+    from harness.kernels import fused_gemm as fused
 
     scheme = ref.resolve_scheme(scheme_name)
     g = torch.Generator().manual_seed(0)

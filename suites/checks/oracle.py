@@ -63,9 +63,9 @@ def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_pre
 
 # =========================================================================== fused vs unfused
 def fused_c_prec(moe, device) -> float:
-    """c_prec of the fused experts' resolved GEMM precision (harness/moe/fused.py
+    """c_prec of the fused experts' resolved GEMM precision (harness/kernels/fused_gemm.py
     contract (2)): 0 for "ieee" (always on CPU), 2^-7 for lossy bf16 operands."""
-    from harness.moe import fused
+    from harness.kernels import fused_gemm as fused
 
     ex = moe.experts
     return fused.c_prec(ex.scheme, fused.resolve_precision(ex.fused_precision, ex.scheme, device))

@@ -48,7 +48,7 @@ def truth_of(problem, t) -> Truth:
     scheme = ref.resolve_scheme(problem.scheme)
     if hf.FORMATS[scheme.weight_fmt].has_global_scale:
         def qz(w):
-            gs = hf.nvfp4_global_scale(w.abs().amax(dim=(1, 2)))
+            gs = hf.nvfp4_global_scale(w.abs().amax(dim=(1, 2)), scheme.weight_fmt)
             return hf.quantize(w, scheme.weight_fmt, global_scale=gs.reshape(-1, 1)), gs
         w13_q, gs13 = qz(t.w13)
         w2_q, gs2 = qz(t.w2)
@@ -64,7 +64,8 @@ def truth_of(problem, t) -> Truth:
         a2max = g.abs().amax() if g.numel() else torch.zeros((), dtype=F64)
         if two_level_act:
             def gsc(a):
-                return (hf.NVFP4_GS_NUMERATOR / a * problem.act_scale if a > 0 else torch.ones((), dtype=F64)).to(F32)
+                num = hf.FORMATS[scheme.act_fmt].gs_numerator
+                return (num / a * problem.act_scale if a > 0 else torch.ones((), dtype=F64)).to(F32)
             tr.a1_gscale, tr.a2_gscale = gsc(a1max), gsc(a2max)
         else:
             def dsc(a):
@@ -85,8 +86,9 @@ def checkpoint_tensors(problem, t, truth: Truth) -> dict:
     if not spec.has_global_scale:
         d["w13_weight_scale"], d["w2_weight_scale"] = truth.w13_q.scales, truth.w2_q.scales
         return d
-    d["w13_weight_scale"] = truth.w13_q.scales.view(torch.float8_e4m3fn)
-    d["w2_weight_scale"] = truth.w2_q.scales.view(torch.float8_e4m3fn)
+    scale_dtype = getattr(torch, spec.scale.torch_dtype)  # E4M3FN for nvfp4
+    d["w13_weight_scale"] = truth.w13_q.scales.view(scale_dtype)
+    d["w2_weight_scale"] = truth.w2_q.scales.view(scale_dtype)
     E = truth.w13_gscale.shape[0]
     # Per-expert input scales whose max (decode side) / min (encode side) is the truth.
     spread = torch.linspace(1.0, 0.5, E, dtype=F64)[torch.randperm(E, generator=torch.Generator().manual_seed(problem.seed))]
@@ -117,7 +119,7 @@ def load_config(problem, t, truth: Optional[Truth] = None, device="cpu"):
     scheme = ref.resolve_scheme(problem.scheme)
     if hf.FORMATS[scheme.weight_fmt].has_global_scale:
         loader = hm.load_modelopt_nvfp4 if problem.ckpt == "modelopt" else hm.load_compressed_tensors_nvfp4
-        cfg = loader(d)
+        cfg = loader(d, scheme=scheme)
     else:
         cfg = hm.load_ocp_mx(d, scheme=scheme.name)
         if truth.a1_scale is not None:

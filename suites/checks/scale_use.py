@@ -25,7 +25,7 @@ def check_scale_sensitivity(problem, t=None, cfg=None):
         return {"skipped": True}
     base = run(make_moe(problem, cfg), t)
     probes = []
-    if scheme.is_nvfp4:
+    if scheme.two_level:
         probes = [("a1_gscale", 3.0), ("a2_gscale", 3.0), ("w13_gscale", 2.0), ("w2_gscale", 2.0)]
     elif scheme.quant_dtype == "fp8" and cfg.a1_scale is not None:
         probes = [("a1_scale", 3.0), ("a2_scale", 3.0)]
@@ -49,7 +49,7 @@ def check_scale_sensitivity(problem, t=None, cfg=None):
         except ValueError:
             continue
         raise AssertionError(f"{scheme.name}: {name}=None did not raise (a missing scale must never default to 1.0)")
-    if scheme.is_nvfp4:
+    if scheme.two_level:
         for name in ("w13_gscale", "w2_gscale"):
             try:
                 run(make_moe(problem, dataclasses.replace(cfg, **{name: None})), t)

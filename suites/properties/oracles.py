@@ -73,18 +73,17 @@ def torchao_codes(x: torch.Tensor, fmt: str, mode: str):
     from torchao.prototype.mx_formats.config import ScaleCalculationMode
     from torchao.prototype.mx_formats.mx_tensor import to_mx
 
-    elem = {
-        "mxfp4": torch.float4_e2m1fn_x2,
-        "mxfp6_e2m3": constants.DTYPE_FP6_E2M3,
-        "mxfp6_e3m2": constants.DTYPE_FP6_E3M2,
-        "mxfp8_e4m3": torch.float8_e4m3fn,
-        "mxfp8_e5m2": torch.float8_e5m2,
-    }[fmt]
-    scale, data = to_mx(x.to(torch.float32), elem, 32, getattr(ScaleCalculationMode, mode.upper()))
+    from harness.conformance.adapters.torchao import element_dtype
+
+    spec = hf.FORMATS[fmt]
+    elem = element_dtype(spec, constants)
+    if elem is None:
+        raise ValueError(f"{fmt}: torchao has no element dtype for {spec.element.name}")
+    B = spec.block_size
+    scale, data = to_mx(x.to(torch.float32), elem, B, getattr(ScaleCalculationMode, mode.upper()))
     codes = data.view(torch.uint8)
-    if fmt == "mxfp4":
+    if spec.is_fp4:
         codes = hf.unpack_fp4(codes)
-    B = hf.FORMATS[fmt].block_size
     return scale.view(torch.uint8).reshape(*x.shape[:-1], x.shape[-1] // B), codes.reshape(x.shape)
 
 

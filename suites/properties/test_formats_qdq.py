@@ -15,8 +15,10 @@ MX = hf.MX_FORMAT_NAMES
 
 
 def _opts(fmt, mode, rounding, gs):
-    return dict(scale_mode=mode if hf.FORMATS[fmt].is_mx else "floor", rounding=rounding,
-                global_scale=None if hf.FORMATS[fmt].is_mx else gs)
+    """The drawn options that apply to the row (FormatSpec.scale_modes / has_global_scale)."""
+    spec = hf.FORMATS[fmt]
+    return dict(scale_mode=mode if mode in spec.scale_modes else spec.scale_modes[0], rounding=rounding,
+                global_scale=gs if spec.has_global_scale else None)
 
 
 @pytest.mark.parametrize("fmt", MX)

@@ -304,6 +304,36 @@ def test_quantize_several_tiles_per_program(fmt):
             assert torch.equal(packed, hf.pack_fp4(want.codes)) and torch.equal(scales, want.scales), where
 
 
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "mxfp6_e3m2", "mxfp8_e5m2"])
+def test_qdq_and_dequantize_over_several_programs(fmt):
+    """The interpreter runs one program for up to 256 blocks (launch.INTERP_MAX_BPP),
+    so a wrong per-program offset passes every test above. Here the launchers'
+    tile_elems forces 1 to 32 blocks per program over 26 blocks (even splits
+    and ragged tails), with a global scale per row (two blocks each, so
+    programs start mid-row), qdq and dequantize (codes and packed fp4) vs the
+    reference."""
+    from harness.kernels import launch
+    from harness.kernels.api import rows_global_scale
+
+    spec = hf.FORMATS[fmt]
+    B = spec.block_size
+    g = torch.Generator().manual_seed(12)
+    mag = torch.exp2(torch.randint(-12, 12, (13, 2, 1), generator=g).float())
+    x = (torch.randn(13, 2, B, generator=g) * mag).reshape(13, 2 * B)
+    gs = None if spec.is_mx else torch.tensor([[900.0], [37.5], [4000.0]]).repeat_interleave(5, 0)[:13]
+    want = hf.quantize(x, fmt, global_scale=gs)
+    gs_rows = None if gs is None else rows_global_scale(gs, x.shape[:-1])
+    stored = [(want.codes, False)] + ([(hf.pack_fp4(want.codes), True)] if spec.is_fp4 else [])
+    for bpp in (1, 2, 4, 8, 32):  # 26 blocks: 26, 13 programs (even), 7, 4, 1 (ragged last program)
+        where = f"{fmt} blocks/program={bpp}"
+        y = launch.qdq(x, gs_rows, fmt, "floor", "rne", tile_elems=bpp * B)
+        assert_bitwise_equal(y, hf.dequantize(want, x.dtype), "qdq " + where)
+        for codes, packed in stored:
+            for dtype in (torch.float32, torch.bfloat16):
+                got = launch.dequantize(codes, want.scales, gs_rows, fmt, packed, dtype, tile_elems=bpp * B)
+                assert_bitwise_equal(got, hf.dequantize(want, dtype), f"dequantize packed={packed} {dtype} " + where)
+
+
 # ---------------------------------------------------------------- bad input: reference == kernels
 
 def _outcome(call):

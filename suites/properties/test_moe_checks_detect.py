@@ -11,7 +11,7 @@ import torch
 
 import harness.moe.activations as acts
 import harness.moe.experts as ex
-import harness.moe.fused as fused
+import harness.kernels.fused_gemm as fused
 import harness.moe.ops as ops
 import harness.moe.routing as routing
 from harness.moe import reference as ref

@@ -7,6 +7,7 @@ import torch
 
 import harness.formats as hf
 import harness.moe as hm
+from harness.kernels import fused_gemm
 from harness.moe import quantize_input
 
 E, H, I, T, K = 4, 64, 32, 6, 2
@@ -108,15 +109,15 @@ def test_fused_dequant_bitwise_and_gemm_bound(problem):
     w13, w2, x, lg, a1, a2 = problem
     for scheme in ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp6_e3m2_a_mxfp6_e3m2"):
         q, g = hm.quantize_expert_weights(w13, scheme)
-        fw = hm.fused.FusedWeights.from_quantized(q, g)
+        fw = fused_gemm.FusedWeights.from_quantized(q, g)
         deq = hm.ops.dequantize_expert_weights(q, g, backend="torch")
-        assert torch.equal(hm.fused.fused_dequantize(fw).view(torch.int32), deq.view(torch.int32))
+        assert torch.equal(fused_gemm.fused_dequantize(fw).view(torch.int32), deq.view(torch.int32))
         _, ids = hm.route(lg, K)
         ids = ids.reshape(-1)
         xs = x.repeat_interleave(K, 0)
-        yf = hm.fused.moe_gemm(xs, ids, fw)
+        yf = fused_gemm.moe_gemm(xs, ids, fw)
         yu = hm.experts._grouped_gemm_unfused(xs, ids, deq)
-        bound = hm.fused.gemm_error_bound(xs, ids, deq)
+        bound = fused_gemm.gemm_error_bound(xs, ids, deq)
         assert ((yf - yu).abs().double() <= bound).all()
 
 
@@ -130,18 +131,18 @@ def test_fused_layer_close_to_unfused(problem):
 def test_fused_modes_share_operands(problem):
     w13, w2, x, lg, a1, a2 = problem
     q, g = hm.quantize_expert_weights(w13, "w_mxfp4_a_mxfp6_e2m3")
-    fw = hm.fused.FusedWeights.from_quantized(q, g)
+    fw = fused_gemm.FusedWeights.from_quantized(q, g)
     deq = hm.ops.dequantize_expert_weights(q, g, backend="torch")
     _, ids = hm.route(lg, K)
     ids = ids.reshape(-1)
     xs = x.repeat_interleave(K, 0)
     yu = hm.experts._grouped_gemm_unfused(xs, ids, deq)
-    bound = hm.fused.gemm_error_bound(xs, ids, deq)
+    bound = fused_gemm.gemm_error_bound(xs, ids, deq)
     for mode in ("fused", "predequant"):
-        y = hm.fused.moe_gemm(xs, ids, fw, mode=mode)
+        y = fused_gemm.moe_gemm(xs, ids, fw, mode=mode)
         assert ((y - yu).abs().double() <= bound).all()
     with pytest.raises(ValueError):
-        hm.fused.moe_gemm(xs, ids, fw, mode="nope")
+        fused_gemm.moe_gemm(xs, ids, fw, mode="nope")
 
 
 @pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8"])
@@ -153,15 +154,15 @@ def test_fused_gemm_tiles_that_do_not_divide(scheme):
     E, N, K_ = 3, 48, 96  # BLOCK_N 32 / BLOCK_K 64 leave partial tiles in both
     w = torch.randn(E, N, K_, generator=g) * 0.1
     q, gs = hm.quantize_expert_weights(w, scheme)
-    fw = hm.fused.FusedWeights.from_quantized(q, gs)
+    fw = fused_gemm.FusedWeights.from_quantized(q, gs)
     deq = hm.ops.dequantize_expert_weights(q, gs, backend="torch")
     x = torch.randn(10, K_, generator=g)
     ids = torch.randint(0, E, (10,), generator=g)
     yu = hm.experts._grouped_gemm_unfused(x, ids, deq)
-    bound = hm.fused.gemm_error_bound(x, ids, deq)
-    ragged = hm.fused.moe_gemm(x, ids, fw, config=dict(BLOCK_N=32, BLOCK_K=64))
+    bound = fused_gemm.gemm_error_bound(x, ids, deq)
+    ragged = fused_gemm.moe_gemm(x, ids, fw, config=dict(BLOCK_N=32, BLOCK_K=64))
     assert ((ragged - yu).abs().double() <= bound).all()
-    even = hm.fused.moe_gemm(x, ids, fw, config=dict(BLOCK_N=16, BLOCK_K=32))
-    masked = hm.fused.moe_gemm(x, ids, fw, config=dict(BLOCK_N=16, BLOCK_K=32, EVEN_NK=False))
+    even = fused_gemm.moe_gemm(x, ids, fw, config=dict(BLOCK_N=16, BLOCK_K=32))
+    masked = fused_gemm.moe_gemm(x, ids, fw, config=dict(BLOCK_N=16, BLOCK_K=32, EVEN_NK=False))
     assert ((even - yu).abs().double() <= bound).all()
     assert torch.equal(even.view(torch.int32), masked.view(torch.int32))

@@ -1,6 +1,6 @@
 """Structural properties of the emulated MoE, for every scheme.
 
-* fused vs unfused per the fused kernel's contract (harness/moe/fused.py):
+* fused vs unfused per the fused kernel's contract (harness/kernels/fused_gemm.py):
   not bitwise (tl.dot sums in its own order), so both must lie within the
   derived float64-reference tolerance, the fused one widened by its c_prec
   (0 for "ieee", always on CPU; 2^-7 for lossy bf16 operands on GPU);
@@ -110,7 +110,7 @@ def _one_scheme_per_dispatch_kind():
     seen, out = set(), []
     for name in SCHEME_NAMES:
         s = SCHEMES[name]
-        key = (s.is_nvfp4, QUANT_DTYPES.get(s.quant_dtype))
+        key = (s.two_level, QUANT_DTYPES.get(s.quant_dtype))
         if key not in seen:
             seen.add(key)
             out.append(name)

@@ -20,7 +20,7 @@ def test_injected_missing_weight_scale_is_detected(monkeypatch):
     def forgetful(layer, scheme, num_experts, hidden, intermediate, backend, emulation=True, device=None):
         orig(layer, scheme, num_experts, hidden, intermediate, backend, emulation=emulation, device=device)
         s = hm.get_scheme(scheme)
-        if emulation and s.weight_fmt is not None and not s.is_nvfp4:
+        if emulation and s.weight_fmt is not None and not s.two_level:
             del layer.w13_weight_scale  # the emulation branch "forgot" weight_scale
             del layer.w2_weight_scale
         return layer

@@ -5,7 +5,8 @@ beyond 2^31 bytes equal x @ dequant(W[e]).T. The weights sit in one large,
 mostly untouched allocation (virtual memory: only the pages written are
 committed), so this runs on the CPU (Triton interpreter) too.
 
-The injected bug (every `tl.int64` of the kernel made `tl.int32`) wraps the
+The injected bug (every `tl.int64` of the kernel source made `tl.int32`,
+loaded beside the real sources by harness.kernels.loader.load_file) wraps the
 offset negative: the interpreter then reads far outside the allocation, which
 usually kills the process (SIGSEGV) and otherwise returns wrong rows. It is
 therefore run in a subprocess; detection = the check does not pass there."""
@@ -22,27 +23,17 @@ from suites.checks.offsets import check_fused_large_offsets
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _INJECT = textwrap.dedent('''
-    import importlib.util, inspect, os, sys, tempfile, textwrap
+    import os, sys, tempfile
     import torch
     torch.set_num_threads(1)
-    from harness.moe import fused
+    from harness.kernels import fused_gemm, loader
     from suites.checks.offsets import check_fused_large_offsets
-    src = textwrap.dedent(inspect.getsource(fused._moe_gemm_kernel))
+    src = (loader.SOURCE_DIR / "fused_gemm_src.py").read_text()
     assert src.count("tl.int64") >= 3
-    bug = ("from harness.moe.fused import *\\nimport triton\\nimport triton.language as tl\\n"
-           + src.replace("tl.int64", "tl.int32"))
     path = os.path.join(tempfile.mkdtemp(), "int32_offsets_kernel.py")
-    open(path, "w").write(bug)
-    spec = importlib.util.spec_from_file_location("int32_offsets_kernel", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    if DEVICE == "cpu":
-        from triton.runtime.interpreter import InterpretedFunction
-        kern = InterpretedFunction(mod._moe_gemm_kernel)
-    else:
-        import triton
-        kern = triton.jit(mod._moe_gemm_kernel)
-    fused._kernel = lambda interpret: kern
+    open(path, "w").write(src.replace("tl.int64", "tl.int32"))
+    kern = loader.load_file(path, DEVICE == "cpu", "int32_offsets_kernel")._moe_gemm_kernel
+    fused_gemm._kernel = lambda interpret: kern
     try:
         check_fused_large_offsets(DEVICE)
     except AssertionError as exc:
@@ -69,13 +60,19 @@ def _run_injected(device):
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _detected(r) -> bool:
+    """The check failed (exit 3) or the process died of a signal; an
+    exception while injecting (exit 1) is not a detection."""
+    return r.returncode == 3 or r.returncode < 0
+
+
 def test_injected_int32_offsets_are_detected_cpu():
     r = _run_injected("cpu")
-    assert r.returncode != 0, f"int32 offsets went undetected:\n{r.stdout}\n{r.stderr[-2000:]}"
+    assert _detected(r), f"int32 offsets went undetected (exit {r.returncode}):\n{r.stdout}\n{r.stderr[-2000:]}"
     assert "NOT DETECTED" not in r.stdout
 
 
 @pytest.mark.gpu
 def test_injected_int32_offsets_are_detected_gpu():
     r = _run_injected("cuda")
-    assert r.returncode != 0, f"int32 offsets went undetected:\n{r.stdout}\n{r.stderr[-2000:]}"
+    assert _detected(r), f"int32 offsets went undetected (exit {r.returncode}):\n{r.stdout}\n{r.stderr[-2000:]}"

@@ -95,7 +95,7 @@ def test_every_kernel_has_launches_and_pairs_keep_every_value(backend):
 
 def test_launch_tables_reach_the_work_list(monkeypatch):
     """The GEMM's tuned table is read when the work list is built, not copied."""
-    from harness.moe import fused
+    from harness.kernels import fused_gemm as fused
 
     monkeypatch.setitem(fused.GPU_CONFIGS, "large", dict(fused.GPU_CONFIGS["large"], BLOCK_N=96))
     got = {i["constexprs"]["BLOCK_N"] for i in targets.work_list(["_moe_gemm_kernel"], ["fused.*.bm128.*"])}
@@ -105,7 +105,7 @@ def test_launch_tables_reach_the_work_list(monkeypatch):
 def test_rocm_takes_the_lds_safe_tiles_for_float32_operands():
     """gfx942's 64 KiB of LDS: float32 operands on ROCm use ROCM_F32_CONFIGS
     (the H200 tiles need 80-192 KiB there); bf16 operands and CUDA keep GPU_CONFIGS."""
-    from harness.moe import fused
+    from harness.kernels import fused_gemm as fused
 
     def tile(bm, **kw):
         m = fused.gemm_meta(kw.pop("kind", 1), kw.pop("fmt", "mxfp4"), has_post=False, block_m=bm, n=0, k=0,
@@ -129,7 +129,7 @@ def test_rocm_takes_the_lds_safe_tiles_for_float32_operands():
 def test_the_dispatch_says_which_table_runs(monkeypatch):
     import torch
 
-    from harness.moe import fused
+    from harness.kernels import fused_gemm as fused
 
     monkeypatch.setattr(torch.version, "hip", None)
     assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "float32": "GPU_CONFIGS"}
@@ -147,7 +147,7 @@ def _cli(tmp_path, *args):
 
 
 def test_a_launch_over_64k_lds_fails_gfx942(tmp_path, monkeypatch):
-    from harness.moe import fused
+    from harness.kernels import fused_gemm as fused
 
     sel = ["--targets", "gfx942", "--kernels", "_moe_gemm_kernel", "--configs", "fused.mxfp4.ieee.bm16.even"]
     rc, doc = _cli(tmp_path, *sel)
@@ -225,7 +225,7 @@ def test_source_scan_flags_inline_asm_and_fp8(tmp_path):
 
 
 def test_cache_hits_when_unchanged_and_misses_when_the_launch_changes(tmp_path, monkeypatch):
-    from harness.moe import fused_act
+    from harness.kernels import fused_act
 
     run = lambda: targets.run(["gfx942"], ["silu_and_mul_kernel"], jobs=1, cache_dir=tmp_path)  # noqa: E731
     first, second = run(), run()

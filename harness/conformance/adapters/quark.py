@@ -19,7 +19,9 @@ def quark_mx() -> Implementation:
         from quark.torch.kernel.hw_emulation import hw_emulation_interface as hw
     except ImportError as e:
         raise Unavailable(f"amd-quark's quark.torch does not import: {e}") from None
-    elem = {n: _QUARK_ELEMENT[(f.ebits, f.mbits)] for n, f in hf.FORMATS.items() if f.is_mx}
+    # The MX rows Quark has an element type for (it claims exactly these).
+    elem = {n: _QUARK_ELEMENT[(f.ebits, f.mbits)] for n, f in hf.FORMATS.items()
+            if f.is_mx and not f.element.is_int and (f.ebits, f.mbits) in _QUARK_ELEMENT}
 
     def qdq(x, fmt, mode, rounding, gs):
         return hw.fake_quantize_mx(x, axis=-1, block_size=hf.FORMATS[fmt].block_size,

@@ -20,11 +20,19 @@ def _torchao():
     return torchao, constants, mx_tensor, nvfp4_tensor, ScaleCalculationMode
 
 
+def element_dtype(spec, constants):
+    """torchao's element dtype of a format row (its element's torchao_dtype, an
+    attribute of torch or of torchao's mx_formats constants), or None."""
+    name = spec.element.torchao_dtype
+    if name is None:
+        return None
+    return getattr(torch, name, None) or getattr(constants, name)
+
+
 def _elem_dtypes(constants):
-    """Harness element spec -> torchao element dtype, matched on (ebits, mbits)."""
-    by_bits = {(2, 1): torch.float4_e2m1fn_x2, (2, 3): constants.DTYPE_FP6_E2M3, (3, 2): constants.DTYPE_FP6_E3M2,
-               (4, 3): torch.float8_e4m3fn, (5, 2): torch.float8_e5m2}
-    return {name: by_bits[(f.ebits, f.mbits)] for name, f in hf.FORMATS.items() if f.is_mx}
+    """MX format name -> torchao element dtype, for the rows torchao has one for."""
+    found = {name: element_dtype(f, constants) for name, f in hf.FORMATS.items() if f.is_mx}
+    return {name: dt for name, dt in found.items() if dt is not None}
 
 
 def torchao_mx() -> Implementation:

@@ -18,11 +18,10 @@ edge values included (+-0, +-Inf, NaN, exp overflow, subnormals, bf16 ties).
 """
 from __future__ import annotations
 
-import functools
-
 import torch
-import triton
-import triton.language as tl
+
+from .launch import triton_cdiv
+from .loader import kernels
 
 BLOCK = 1024
 # Launch constexprs and compile options (fused_aot.py compiles the same).
@@ -30,21 +29,14 @@ SILU_META = dict(BLOCK=BLOCK, num_warps=4, enable_fp_fusion=False)
 SCALE_META = dict(BLOCK=4096, num_warps=8, enable_fp_fusion=False)
 
 
-@functools.lru_cache(maxsize=None)
 def _kernel():
-    from triton.language.extra import libdevice  # noqa: PLC0415
+    """silu_and_mul_kernel (fused_act_src.py), compiled."""
+    return kernels(False, "fused_act_src").silu_and_mul_kernel
 
-    @triton.jit
-    def silu_and_mul_kernel(h_ptr, out_ptr, inter, stride_h, stride_o, BLOCK: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        m = cols < inter
-        gate = tl.load(h_ptr + row * stride_h + cols, mask=m, other=0.0)
-        up = tl.load(h_ptr + row * stride_h + inter + cols, mask=m, other=0.0)
-        silu = tl.math.div_rn(gate, 1.0 + libdevice.exp(-gate))
-        tl.store(out_ptr + row * stride_o + cols, silu * up, mask=m)
 
-    return silu_and_mul_kernel
+def _scale_kernel():
+    """scale_to_bf16_kernel (fused_act_src.py), compiled."""
+    return kernels(False, "fused_act_src").scale_to_bf16_kernel
 
 
 def silu_and_mul(h: torch.Tensor) -> torch.Tensor:
@@ -65,7 +57,7 @@ def _silu_and_mul_op(h: torch.Tensor) -> torch.Tensor:
     out = torch.empty(P, inter, dtype=torch.float32, device=h.device)
     if P == 0 or inter == 0:
         return out
-    grid = (P, triton.cdiv(inter, BLOCK))
+    grid = (P, triton_cdiv(inter, BLOCK))
     _kernel()[grid](h, out, inter, h.stride(0), out.stride(0), **SILU_META)
     return out
 
@@ -73,18 +65,6 @@ def _silu_and_mul_op(h: torch.Tensor) -> torch.Tensor:
 @_silu_and_mul_op.register_fake
 def _silu_and_mul_fake(h):
     return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=torch.float32)
-
-
-@functools.lru_cache(maxsize=None)
-def _scale_kernel():
-    @triton.jit
-    def scale_to_bf16_kernel(x_ptr, g_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        m = offs < n
-        x = tl.load(x_ptr + offs, mask=m, other=0.0)
-        tl.store(out_ptr + offs, (x * tl.load(g_ptr)).to(tl.bfloat16), mask=m)
-
-    return scale_to_bf16_kernel
 
 
 def scale_to_bf16(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -96,6 +76,6 @@ def scale_to_bf16(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
     n = x.numel()
     if n:
-        grid = (triton.cdiv(n, SCALE_META["BLOCK"]),)
+        grid = (triton_cdiv(n, SCALE_META["BLOCK"]),)
         _scale_kernel()[grid](x, g.reshape(1), out, n, **SCALE_META)
     return out

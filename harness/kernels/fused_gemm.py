@@ -1,14 +1,18 @@
-"""Fused dequant + grouped GEMM for the expert GEMMs (Triton).
+"""Fused dequant + grouped GEMM for the expert GEMMs: host code, launch
+tables and contract of the kernel in fused_gemm_src.py.
 
 Contract (what the suites test):
 
-1. Dequantization is BIT-EXACT. The kernel decodes element codes to float32 by
-   exact bit construction (sign OR-ed in as a bit, so -0.0 codes stay -0.0)
-   and multiplies by the same float32 per-block multiplier as harness.formats
-   (2^(byte-127) for MX, fl32(s / gs[e]) for nvfp4). `fused_dequantize(fw)`
-   runs exactly the kernel's dequant code and equals
-   `ops.dequantize_expert_weights` bitwise, on CPU (Triton interpreter) and
-   on GPU (checked on an H200 for every weight format, both decode variants).
+1. Dequantization is BIT-EXACT. The kernel decodes element codes with the
+   emulation kernels' element decoder (triton_src._decode: exact bit
+   construction, Inf/NaN codes, -0.0 codes stay -0.0) and multiplies by the
+   same float32 per-block multiplier as harness.formats (2^(byte-127) for
+   MX, fl32(s / gs[e]) for two-level formats). `fused_dequantize(fw)` runs
+   exactly the kernel's dequant code and equals harness.formats.dequantize
+   bitwise for every format row, element code and scale byte
+   (suites/properties/test_kernels_fused_gemm.py, Triton interpreter; the
+   GPU suite checks it on the device). FAST_DECODE (the tuned tables' choice)
+   relies on float32 denormals for subnormal codes.
 
 2. The GEMM is NOT bitwise equal to the unfused torch.matmul path: `tl.dot`
    sums in its own order (tensor-core fragments on GPU, numpy matmul per tile
@@ -59,137 +63,25 @@ CPU tensors run the Triton interpreter: keep those shapes tiny.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import triton
-import triton.language as tl
 
 import harness.formats as hf
+from harness.formats.spec import U32
 
-U = 2.0 ** -24
+from .constants import element_constants
+from .launch import run_kernel, triton_cdiv
+from .loader import kernels
+
+U = U32
 PRECISIONS = ("auto", "ieee", "bf16")
 
 
-def _moe_gemm_kernel(
-    x_ptr, rows_ptr, block_expert_ptr, w_ptr, mult_ptr, post_ptr, out_ptr,
-    N, K, stride_xm, stride_om,
-    stride_we, stride_wn, stride_me, stride_mn,
-    KIND: tl.constexpr,  # 0 float weights, 1 element codes
-    PACKED: tl.constexpr,  # fp4 codes two per byte (low nibble = even k)
-    WIDTH: tl.constexpr, EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr, IS_FN: tl.constexpr,
-    QBLOCK: tl.constexpr,  # quantization block along K
-    BF16: tl.constexpr, HAS_POST: tl.constexpr, DEQUANT_ONLY: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    FAST_DECODE: tl.constexpr = False,  # decode by placing bits + one power-of-two multiply
-    MULT_BCAST: tl.constexpr = True,  # load one multiplier per block and broadcast (else gather per element)
-    PACK_JOIN: tl.constexpr = True,  # load fp4 bytes once and split (else shift per element)
-    EVEN_NK: tl.constexpr = False,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: weight loads need no masks
-):
-    # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    k_end = K
-    if DEQUANT_ONLY:
-        e = pid_m.to(tl.int64)
-    else:
-        e_raw = tl.load(block_expert_ptr + pid_m)
-        e = tl.maximum(e_raw, 0).to(tl.int64)
-        k_end = tl.where(e_raw >= 0, K, 0)  # unused padding block: no loads at all
-        offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-        rows = tl.load(rows_ptr + offs_m)
-        rmask = rows >= 0
-        rows_safe = tl.where(rmask, rows, 0)
-    offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = offs_n < N
-    w_base = w_ptr + e * stride_we + offs_n[:, None] * stride_wn
-    m_base = mult_ptr + e * stride_me + offs_n[:, None] * stride_mn
-    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
-    for k0 in range(0, k_end, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
-        kmask = offs_k < K
-        if EVEN_NK:  # a constant-true mask folds away
-            wmask = tl.full((BLOCK_N, BLOCK_K), 1, tl.int1)
-        else:
-            wmask = nmask[:, None] & kmask[None, :]
-        if KIND == 0:
-            wv = tl.load(w_base + offs_k[None, :], mask=wmask, other=0.0)
-            if not BF16:
-                wv = wv.to(tl.float32)
-        else:
-            if PACKED:  # one byte holds k = 2i (low nibble) and 2i + 1 (high nibble)
-                if PACK_JOIN:
-                    offs_kb = k0 // 2 + tl.arange(0, BLOCK_K // 2).to(tl.int64)
-                    if EVEN_NK:
-                        byte = tl.load(w_base + offs_kb[None, :]).to(tl.int32)
-                    else:
-                        byte = tl.load(w_base + offs_kb[None, :],
-                                       mask=nmask[:, None] & (offs_kb < K // 2)[None, :], other=0).to(tl.int32)
-                    code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BLOCK_N, BLOCK_K))
-                else:
-                    byte = tl.load(w_base + (offs_k // 2)[None, :], mask=wmask, other=0).to(tl.int32)
-                    code = (byte >> ((offs_k % 2) * 4).to(tl.int32)[None, :]) & 0xF
-            else:
-                code = tl.load(w_base + offs_k[None, :], mask=wmask, other=0).to(tl.int32)
-            # exact element decode by bit construction; the sign is OR-ed in as a
-            # bit, so negative zero codes decode to -0.0 as in the reference
-            mag = code & ((1 << (WIDTH - 1)) - 1)
-            sign = (code >> (WIDTH - 1)) << 31
-            if FAST_DECODE:
-                # exponent/mantissa bits placed into float32's fields: a float32
-                # (sub)normal whose value is the element's times 2^(BIAS-127);
-                # one exact power-of-two multiply fixes it (denormals preserved)
-                val = ((mag << (23 - MBITS)) | sign).to(tl.float32, bitcast=True) * (2.0 ** (127 - BIAS))
-            else:
-                ef = mag >> MBITS
-                mf = mag & ((1 << MBITS) - 1)
-                normal = (((ef - BIAS + 127) << 23) | (mf << (23 - MBITS))).to(tl.float32, bitcast=True)
-                sub = mf.to(tl.float32) * (2.0 ** (1 - BIAS - MBITS))
-                val = tl.where(ef == 0, sub, normal)
-                val = (val.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
-            if IS_FN:
-                nan = tl.full(val.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
-                val = tl.where(mag == (1 << (WIDTH - 1)) - 1, nan, val)
-            if MULT_BCAST:  # one multiplier per QBLOCK elements, broadcast over its block
-                offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
-                if EVEN_NK:
-                    m = tl.load(m_base + offs_b[None, :])
-                else:
-                    m = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
-                                other=0.0)
-                wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
-                                (BLOCK_N, BLOCK_K))
-            else:
-                wv = val * tl.load(m_base + (offs_k // QBLOCK)[None, :], mask=wmask, other=0.0)
-        if DEQUANT_ONLY:
-            # dequant-only launch: stride_xm / stride_om are the output's expert / row strides
-            tl.store(out_ptr + e * stride_xm + offs_n[:, None] * stride_om + offs_k[None, :], wv, mask=wmask)
-        else:
-            if EVEN_NK:
-                amask = rmask[:, None]
-            else:
-                amask = rmask[:, None] & kmask[None, :]
-            a = tl.load(x_ptr + rows_safe[:, None] * stride_xm + offs_k[None, :], mask=amask, other=0.0)
-            if BF16:
-                acc = tl.dot(a.to(tl.bfloat16), tl.trans(wv.to(tl.bfloat16)), acc)
-            else:
-                acc = tl.dot(a, tl.trans(wv), acc, input_precision="ieee")
-    if not DEQUANT_ONLY:
-        if HAS_POST:
-            acc = acc * tl.load(post_ptr + e)
-        tl.store(out_ptr + rows_safe[:, None] * stride_om + offs_n[None, :], acc,
-                 mask=rmask[:, None] & nmask[None, :])
-
-
-@functools.lru_cache(maxsize=None)
 def _kernel(interpret: bool):
-    if interpret:
-        from triton.runtime.interpreter import InterpretedFunction  # noqa: PLC0415
-
-        return InterpretedFunction(_moe_gemm_kernel)
-    return triton.jit(_moe_gemm_kernel)
+    """The grouped-GEMM kernel (fused_gemm_src.py): compiled, or the interpreter's copy."""
+    return kernels(interpret, "fused_gemm_src")._moe_gemm_kernel
 
 
 @dataclass
@@ -217,13 +109,13 @@ class FusedWeights:
             mult_bf16, post = mult, None
         else:
             if gscale is None:
-                raise ValueError("nvfp4 fused weights need the per-expert global scale")
+                raise ValueError(f"{spec.name} fused weights need the per-expert global scale")
             gs = gscale.to(device=q.codes.device, dtype=torch.float32).reshape(-1)
-            qq = hf.QuantizedTensor(q.codes, q.scales, gs.reshape(-1, 1), "nvfp4")
+            qq = hf.QuantizedTensor(q.codes, q.scales, gs.reshape(-1, 1), spec.name)
             mult = hf.block_scale_values(qq).contiguous()  # fl32(s / gs[e])
             from harness.formats import scales as _scales  # noqa: PLC0415
 
-            mult_bf16 = _scales.e4m3_decode(q.scales).contiguous()  # s
+            mult_bf16 = _scales.block_scale_decode(spec, q.scales).contiguous()  # s
             post = (1.0 / gs).contiguous()
         data = hf.pack_fp4(q.codes) if spec.is_fp4 else q.codes.contiguous()
         return cls(1, data.contiguous(), mult, mult_bf16, post, spec.name, E, N, K)
@@ -249,7 +141,7 @@ def resolve_precision(precision: str, scheme, device=None) -> str:
     if device is None or torch.device(device).type != "cuda":
         return "ieee"
     # bf16 where the operands are exact in bf16 (MX x MX) or rescaled exactly (nvfp4)
-    return "bf16" if scheme.is_nvfp4 or (scheme.act_fmt not in (None, "fp8")) else "ieee"
+    return "bf16" if scheme.two_level or (scheme.act_fmt not in (None, "fp8")) else "ieee"
 
 
 BLOCK_MS = (16, 32, 64, 128)  # BLOCK_M by rows per expert (the last one for anything above)
@@ -286,13 +178,21 @@ def sort_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
     return rows, block_expert
 
 
+# Element constants of float weights (KIND 0), which never decode: one fixed
+# set, so float launches do not multiply by format.
+_NO_ELEMENT = element_constants(hf.E4M3)
+_ELEMENT_KEYS = ("MBITS", "WIDTH", "BIAS", "SIGN_BIT", "SPECIALS", "NAN_CODE", "INF_CODE", "MIN_NORMAL")
+
+
 def _fmt_constexprs(kind: int, fmt: Optional[str]) -> dict:
     if kind == 0:
-        return dict(PACKED=False, WIDTH=8, EBITS=4, MBITS=3, BIAS=7, IS_FN=False, QBLOCK=32)
+        return dict(PACKED=False, QBLOCK=32, **{k: _NO_ELEMENT[k] for k in _ELEMENT_KEYS})
     spec = hf.get_format(fmt)
-    el = spec.element
-    return dict(PACKED=spec.is_fp4, WIDTH=el.width, EBITS=el.ebits, MBITS=el.mbits, BIAS=el.bias,
-                IS_FN=el.specials == "fn", QBLOCK=spec.block_size)
+    if spec.element.is_int:
+        raise ValueError(f"{spec.name}: integer elements are not implemented in the fused MoE GEMM "
+                         "(use backend='unfused')")
+    el = element_constants(spec.element)
+    return dict(PACKED=spec.is_fp4, QBLOCK=spec.block_size, **{k: el[k] for k in _ELEMENT_KEYS})
 
 
 # GPU launch configurations by BLOCK_M class (tuned on an H200, see docs/benchmarks.md;
@@ -466,15 +366,13 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     meta = gemm_meta(run_fw.kind, run_fw.fmt, bf16=bf16, has_post=post is not None, block_m=bm, n=fw.N, k=K,
                      interpret=interpret, config=config, cfg_kind=cfg_kind, rocm=on_rocm(),
                      w_bytes=run_fw.data.element_size())
-    grid = (block_expert.shape[0], triton.cdiv(fw.N, meta["BLOCK_N"]))
+    grid = (block_expert.shape[0], triton_cdiv(fw.N, meta["BLOCK_N"]))
     dummy = out
-    _kernel(interpret)[grid](
-        xk, rows, block_expert, run_fw.data, mult if mult is not None else dummy,
-        post if post is not None else dummy,
-        out, fw.N, K, xk.stride(0), out.stride(0),
-        run_fw.data.stride(0), run_fw.data.stride(1), mult.stride(0) if mult is not None else 0,
-        mult.stride(1) if mult is not None else 0, **meta,
-    )
+    args = (xk, rows, block_expert, run_fw.data, mult if mult is not None else dummy,
+            post if post is not None else dummy, out, fw.N, K, xk.stride(0), out.stride(0),
+            run_fw.data.stride(0), run_fw.data.stride(1), mult.stride(0) if mult is not None else 0,
+            mult.stride(1) if mult is not None else 0)
+    run_kernel(_kernel(interpret), grid, args, meta, interpret)
     return out
 
 
@@ -483,13 +381,12 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, mult: Optional[torch.Tenso
     out = torch.empty(fw.E, fw.N, fw.K, dtype=dtype, device=fw.device)
     interpret = fw.device.type != "cuda"
     meta = dequant_meta(fw.kind, fw.fmt, n=fw.N, k=fw.K, interpret=interpret, config=config)
-    grid = (fw.E, triton.cdiv(fw.N, meta["BLOCK_N"]))
+    grid = (fw.E, triton_cdiv(fw.N, meta["BLOCK_N"]))
     m = mult if mult is not None else out
-    _kernel(interpret)[grid](
-        out, out, out, fw.data, m, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
-        fw.data.stride(0), fw.data.stride(1), m.stride(0) if mult is not None else 0,
-        m.stride(1) if mult is not None else 0, **meta,
-    )
+    args = (out, out, out, fw.data, m, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
+            fw.data.stride(0), fw.data.stride(1), m.stride(0) if mult is not None else 0,
+            m.stride(1) if mult is not None else 0)
+    run_kernel(_kernel(interpret), grid, args, meta, interpret)
     return out
 
 
@@ -502,7 +399,7 @@ def c_prec(scheme, precision: str) -> float:
     """The c_prec term of contract (2) for a scheme and a resolved precision."""
     if precision == "ieee":
         return 0.0
-    exact = scheme.act_fmt is not None and scheme.act_fmt != "fp8" and not scheme.is_nvfp4
+    exact = scheme.act_fmt is not None and scheme.act_fmt != "fp8" and not scheme.two_level
     return 0.0 if exact else 2.0 ** -7
 
 

@@ -1,10 +1,10 @@
-"""Every GPU launch of the fused MoE kernels (fused.py, fused_act.py) that
+"""Every GPU launch of the fused MoE kernels (fused_gemm.py, fused_act.py) that
 their host code can make, registered for the ahead-of-time compile check
 (harness.kernels.registry).
 
-Built from the same tables and helpers the launchers use (fused.gemm_meta,
-fused.dequant_meta, GPU_CONFIGS, BLOCK_MS, fused_act's *_META): for every
-weight format of the scheme table (and float weights for the "bf16"
+Built from the same tables and helpers the launchers use (fused_gemm.gemm_meta,
+fused_gemm.dequant_meta, GPU_CONFIGS, BLOCK_MS, fused_act's *_META): for every
+weight format of the format table (and float weights for the "bf16"
 baseline), precision "ieee" and "bf16", every BLOCK_M class, mode "fused"
 and both launches of mode "predequant", masked and unmasked N/K tails.
 """
@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from harness.formats import FLOAT_DTYPES
-from harness.kernels.launch_aot import ptr
-from harness.kernels.registry import Variant, register, bind
+from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
-from . import fused, fused_act
-from .schemes import SCHEMES
+from . import fused_act, fused_gemm
+from .launch_aot import ptr
+from .registry import Variant, bind, register
 
 _DT = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 _OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
@@ -37,40 +36,40 @@ def _gemm_types(x_dt, w_dt):
 
 
 def weight_formats():
-    """Weight formats the MoE layer can hand the GEMM (the scheme table's)."""
-    return sorted({s.weight_fmt for s in SCHEMES.values() if s.weight_fmt})
+    """Weight formats the GEMM decodes: every row of the format table."""
+    return list(FORMAT_NAMES)
 
 
 def gemm_variants(backend: str):
-    k = fused._kernel(False)
+    k = fused_gemm._kernel(False)
     rocm = backend == "hip"
     for prec in ("ieee", "bf16"):
         bf16 = prec == "bf16"
         x_dt = torch.bfloat16 if bf16 else torch.float32
-        for bm in fused.BLOCK_MS:
+        for bm in fused_gemm.BLOCK_MS:
             for even in (True, False):
                 tail = "even" if even else "masked"
                 for fmt in weight_formats():
-                    post = bf16 and fmt == "nvfp4"  # post_bf16: 1/(gs_w * gs_a) after the dot
+                    post = bf16 and get_format(fmt).has_global_scale  # post_bf16: 1/(gs_w * gs_a) after the dot
                     # mode "fused": codes decoded in the K loop
-                    meta = fused.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
+                    meta = fused_gemm.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
                                            config={"EVEN_NK": even}, rocm=rocm)
                     yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, torch.uint8), meta)
                     # mode "predequant": the dequant-only pass, then the GEMM on the float scratch
-                    if bm == fused.BLOCK_MS[0]:
-                        meta = fused.dequant_meta(1, fmt, n=0, k=0, interpret=False, config={"EVEN_NK": even})
+                    if bm == fused_gemm.BLOCK_MS[0]:
+                        meta = fused_gemm.dequant_meta(1, fmt, n=0, k=0, interpret=False, config={"EVEN_NK": even})
                         types = dict(_gemm_types(x_dt, torch.uint8), x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt),
                                      block_expert_ptr=ptr(x_dt), post_ptr=ptr(x_dt), out_ptr=ptr(x_dt))
                         yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)
                     kind = "large_float" if bm >= 64 else "small"
-                    meta = fused.gemm_meta(0, None, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
+                    meta = fused_gemm.gemm_meta(0, None, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
                                            config={"EVEN_NK": even}, cfg_kind=kind, rocm=rocm,
                                            w_bytes=x_dt.itemsize)
                     yield _variant(k, f"predequant.gemm.{prec}.bm{bm}.{tail}" + (".post" if post else ""),
                                    _gemm_types(x_dt, x_dt), meta)
                 # float weights as given (scheme "bf16", FusedWeights.from_float)
                 for w_dt in FLOAT_DTYPES:
-                    meta = fused.gemm_meta(0, None, bf16=bf16, has_post=False, block_m=bm, n=0, k=0, interpret=False,
+                    meta = fused_gemm.gemm_meta(0, None, bf16=bf16, has_post=False, block_m=bm, n=0, k=0, interpret=False,
                                            config={"EVEN_NK": even}, rocm=rocm, w_bytes=w_dt.itemsize)
                     yield _variant(k, f"float.w{_DT[w_dt]}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, w_dt), meta)
 
@@ -87,6 +86,6 @@ def scale_variants(backend=None):
     yield _variant(k, "f32-to-bf16", types, fused_act.SCALE_META)
 
 
-register("_moe_gemm_kernel", lambda: fused._kernel(False), gemm_variants)
+register("_moe_gemm_kernel", lambda: fused_gemm._kernel(False), gemm_variants)
 register("silu_and_mul_kernel", fused_act._kernel, silu_variants)
 register("scale_to_bf16_kernel", fused_act._scale_kernel, scale_variants)

@@ -1,0 +1,28 @@
+"""Triton kernel source: the fused backend's one-pass elementwise kernels.
+
+Host code and what each computes bit for bit: fused_act.py. Loaded by
+harness.kernels.loader like every kernel source; only the compiled copy is
+launched (CUDA tensors).
+"""
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def silu_and_mul_kernel(h_ptr, out_ptr, inter, stride_h, stride_o, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = cols < inter
+    gate = tl.load(h_ptr + row * stride_h + cols, mask=m, other=0.0)
+    up = tl.load(h_ptr + row * stride_h + inter + cols, mask=m, other=0.0)
+    silu = tl.math.div_rn(gate, 1.0 + libdevice.exp(-gate))
+    tl.store(out_ptr + row * stride_o + cols, silu * up, mask=m)
+
+
+@triton.jit
+def scale_to_bf16_kernel(x_ptr, g_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
+    tl.store(out_ptr + offs, (x * tl.load(g_ptr)).to(tl.bfloat16), mask=m)

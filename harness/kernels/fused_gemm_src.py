@@ -1,0 +1,107 @@
+"""Triton kernel source: the fused dequant + grouped GEMM of the MoE experts.
+
+Host code, launch tables and the numerics contract: fused_gemm.py. Weight
+codes are decoded by triton_src's `_decode`, the element decoder every
+kernel shares. Loaded twice by harness.kernels.loader (compiled and
+interpreted), like every kernel source.
+"""
+import triton
+import triton.language as tl
+
+from .triton_src import _decode
+
+
+@triton.jit
+def _moe_gemm_kernel(
+    x_ptr, rows_ptr, block_expert_ptr, w_ptr, mult_ptr, post_ptr, out_ptr,
+    N, K, stride_xm, stride_om,
+    stride_we, stride_wn, stride_me, stride_mn,
+    KIND: tl.constexpr,  # 0 float weights, 1 element codes
+    PACKED: tl.constexpr,  # fp4 codes two per byte (low nibble = even k)
+    # the weight format's element constants (harness.kernels.constants.element_constants)
+    MBITS: tl.constexpr, WIDTH: tl.constexpr, BIAS: tl.constexpr, SIGN_BIT: tl.constexpr, SPECIALS: tl.constexpr,
+    NAN_CODE: tl.constexpr, INF_CODE: tl.constexpr, MIN_NORMAL: tl.constexpr,
+    QBLOCK: tl.constexpr,  # quantization block along K
+    BF16: tl.constexpr, HAS_POST: tl.constexpr, DEQUANT_ONLY: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    FAST_DECODE: tl.constexpr = False,  # _decode's FAST construction
+    MULT_BCAST: tl.constexpr = True,  # load one multiplier per block and broadcast (else gather per element)
+    PACK_JOIN: tl.constexpr = True,  # load fp4 bytes once and split (else shift per element)
+    EVEN_NK: tl.constexpr = False,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: weight loads need no masks
+):
+    # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    k_end = K
+    if DEQUANT_ONLY:
+        e = pid_m.to(tl.int64)
+    else:
+        e_raw = tl.load(block_expert_ptr + pid_m)
+        e = tl.maximum(e_raw, 0).to(tl.int64)
+        k_end = tl.where(e_raw >= 0, K, 0)  # unused padding block: no loads at all
+        offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        rows = tl.load(rows_ptr + offs_m)
+        rmask = rows >= 0
+        rows_safe = tl.where(rmask, rows, 0)
+    offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = offs_n < N
+    w_base = w_ptr + e * stride_we + offs_n[:, None] * stride_wn
+    m_base = mult_ptr + e * stride_me + offs_n[:, None] * stride_mn
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+    for k0 in range(0, k_end, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
+        kmask = offs_k < K
+        if EVEN_NK:  # a constant-true mask folds away
+            wmask = tl.full((BLOCK_N, BLOCK_K), 1, tl.int1)
+        else:
+            wmask = nmask[:, None] & kmask[None, :]
+        if KIND == 0:
+            wv = tl.load(w_base + offs_k[None, :], mask=wmask, other=0.0)
+            if not BF16:
+                wv = wv.to(tl.float32)
+        else:
+            if PACKED:  # one byte holds k = 2i (low nibble) and 2i + 1 (high nibble)
+                if PACK_JOIN:
+                    offs_kb = k0 // 2 + tl.arange(0, BLOCK_K // 2).to(tl.int64)
+                    if EVEN_NK:
+                        byte = tl.load(w_base + offs_kb[None, :]).to(tl.int32)
+                    else:
+                        byte = tl.load(w_base + offs_kb[None, :],
+                                       mask=nmask[:, None] & (offs_kb < K // 2)[None, :], other=0).to(tl.int32)
+                    code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BLOCK_N, BLOCK_K))
+                else:
+                    byte = tl.load(w_base + (offs_k // 2)[None, :], mask=wmask, other=0).to(tl.int32)
+                    code = (byte >> ((offs_k % 2) * 4).to(tl.int32)[None, :]) & 0xF
+            else:
+                code = tl.load(w_base + offs_k[None, :], mask=wmask, other=0).to(tl.int32)
+            # the element decoder of the emulation kernels (Inf/NaN codes, -0.0)
+            val = _decode(code, MBITS, WIDTH, BIAS, SIGN_BIT, SPECIALS, NAN_CODE, INF_CODE, MIN_NORMAL, FAST_DECODE)
+            if MULT_BCAST:  # one multiplier per QBLOCK elements, broadcast over its block
+                offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
+                if EVEN_NK:
+                    m = tl.load(m_base + offs_b[None, :])
+                else:
+                    m = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
+                                other=0.0)
+                wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
+                                (BLOCK_N, BLOCK_K))
+            else:
+                wv = val * tl.load(m_base + (offs_k // QBLOCK)[None, :], mask=wmask, other=0.0)
+        if DEQUANT_ONLY:
+            # dequant-only launch: stride_xm / stride_om are the output's expert / row strides
+            tl.store(out_ptr + e * stride_xm + offs_n[:, None] * stride_om + offs_k[None, :], wv, mask=wmask)
+        else:
+            if EVEN_NK:
+                amask = rmask[:, None]
+            else:
+                amask = rmask[:, None] & kmask[None, :]
+            a = tl.load(x_ptr + rows_safe[:, None] * stride_xm + offs_k[None, :], mask=amask, other=0.0)
+            if BF16:
+                acc = tl.dot(a.to(tl.bfloat16), tl.trans(wv.to(tl.bfloat16)), acc)
+            else:
+                acc = tl.dot(a, tl.trans(wv), acc, input_precision="ieee")
+    if not DEQUANT_ONLY:
+        if HAS_POST:
+            acc = acc * tl.load(post_ptr + e)
+        tl.store(out_ptr + rows_safe[:, None] * stride_om + offs_n[None, :], acc,
+                 mask=rmask[:, None] & nmask[None, :])

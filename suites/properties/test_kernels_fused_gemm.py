@@ -1,0 +1,103 @@
+"""The fused MoE GEMM decodes weights exactly like the reference (CPU, Triton
+interpreter): every row of the format table x every element code x every
+scale byte, global scales for the two-level rows, under every decode flag the
+launch tables can pick. Zero tolerance: bit patterns compared, NaN == NaN.
+
+Its dequant-only launch (mode "predequant", `fused_dequantize`) is compared
+with harness.formats.dequantize over all of them; the GEMM launch (mode
+"fused") with one-hot activation rows, which pick single weights out of the
+dot product exactly (finite codes only: 0 * Inf is NaN).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+import harness.formats as hf
+from harness.kernels import fused_gemm
+from suites.properties._util import assert_bitwise_equal
+
+# Encode-side global scales of the two-level rows, one per expert: 1, a
+# generic value, and two that push fl32(s / gs) to float32's extremes
+# (subnormal multipliers, products near the top of the range).
+TWO_LEVEL_GS = (1.0, 2688.0 / 7.25, 3.0e35, 1.0e-30)
+# Launch flags of the weight decode: how a code becomes a float32 (FAST_DECODE)
+# and how bytes and multipliers are loaded (MULT_BCAST, PACK_JOIN, which the
+# tuned tables set together).
+DECODE_FLAGS = [dict(FAST_DECODE=f, MULT_BCAST=m, PACK_JOIN=m) for f, m in itertools.product((False, True), repeat=2)]
+
+
+def _flag_id(flags):
+    return "-".join(k.lower() for k, v in flags.items() if v) or "plain"
+
+
+def every_code_and_scale(fmt: str) -> hf.QuantizedTensor:
+    """Codes [E, 256, K]: every row holds every element code (cycled) and
+    block b of row n has scale byte (n + 37 b) % 256, so each code meets each
+    of the 256 scale bytes (E8M0 0..254 and the NaN byte 255; for E4M3 scales
+    every byte: subnormals, negatives, NaN) in every block position."""
+    spec = hf.FORMATS[fmt]
+    n_codes = 1 << spec.element.width
+    K = math.lcm(n_codes, 2 * spec.block_size)
+    E = 1 if spec.is_mx else len(TWO_LEVEL_GS)
+    codes = (torch.arange(K) % n_codes).to(torch.uint8).expand(E, 256, K).contiguous()
+    blocks = K // spec.block_size
+    scales = ((torch.arange(256).reshape(256, 1) + 37 * torch.arange(blocks)) % 256).to(torch.uint8)
+    gs = None if spec.is_mx else torch.tensor(TWO_LEVEL_GS, dtype=torch.float32).reshape(E, 1)
+    return hf.QuantizedTensor(codes, scales.expand(E, 256, blocks).contiguous(), gs, fmt)
+
+
+def _fused_weights(q: hf.QuantizedTensor) -> fused_gemm.FusedWeights:
+    return fused_gemm.FusedWeights.from_quantized(q, None if q.global_scale is None else q.global_scale.reshape(-1))
+
+
+@pytest.mark.parametrize("flags", DECODE_FLAGS, ids=_flag_id)
+@pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
+def test_fused_dequantize_every_code_and_scale_byte(fmt, flags):
+    q = every_code_and_scale(fmt)
+    got = fused_gemm.fused_dequantize(_fused_weights(q), dict(flags))
+    assert_bitwise_equal(got, hf.dequantize(q), f"{fmt} {flags}")
+
+
+@pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
+def test_fused_gemm_picks_out_every_finite_weight(fmt):
+    """x = the identity: row k of x @ W[e].T is column k of W[e], exactly
+    (one product by 1, the others +-0), so the GEMM launch's in-loop decode is
+    checked value by value. Weights that are not finite (special codes,
+    products past float32's range) become code 0 and NaN scales 1.0 here;
+    the dequant-only test covers them."""
+    q = every_code_and_scale(fmt)
+    nan_scale = torch.isnan(hf.dequantize(hf.QuantizedTensor(torch.zeros_like(q.codes), q.scales, q.global_scale,
+                                                              fmt)))[..., ::q.spec.block_size]
+    scales = torch.where(nan_scale, 127 if q.spec.is_mx else 0x38, q.scales).to(torch.uint8)  # 1.0
+    finite = torch.isfinite(hf.dequantize(hf.QuantizedTensor(q.codes, scales, q.global_scale, fmt)))
+    q = hf.QuantizedTensor(torch.where(finite, q.codes, 0).to(torch.uint8), scales, q.global_scale, fmt)
+    want = hf.dequantize(q)  # [E, N, K]
+    E, N, K = want.shape
+    x = torch.eye(K).repeat(E, 1)
+    ids = torch.arange(E).repeat_interleave(K)
+    fw = _fused_weights(q)
+    for config in (None, dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BLOCK_N=32, BLOCK_K=64)):
+        y = fused_gemm.moe_gemm(x, ids, fw, precision="ieee", mode="fused", config=config).reshape(E, K, N)
+        w = want.transpose(1, 2)
+        nonzero = w != 0
+        assert_bitwise_equal(y[nonzero], w[nonzero], f"{fmt} {config}")
+        assert bool((y[~nonzero] == 0).all()), f"{fmt} {config}: zero weights gave nonzero outputs"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
+def test_fused_dequantize_every_code_and_scale_byte_gpu(fmt, gpu_device):
+    """The same on the device, with the tuned tables' configuration too:
+    FAST_DECODE is exact only where the target keeps float32 denormals."""
+    q = every_code_and_scale(fmt)
+    want = hf.dequantize(q)
+    qd = hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device),
+                            None if q.global_scale is None else q.global_scale.to(gpu_device), fmt)
+    fw = _fused_weights(qd)
+    for flags in [None] + DECODE_FLAGS:
+        got = fused_gemm.fused_dequantize(fw, None if flags is None else dict(flags)).cpu()
+        assert_bitwise_equal(got, want, f"{fmt} {flags or 'tuned table'}")
