@@ -113,7 +113,7 @@ class FusedWeights:
             gs = gscale.to(device=q.codes.device, dtype=torch.float32).reshape(-1)
             qq = hf.QuantizedTensor(q.codes, q.scales, gs.reshape(-1, 1), spec.name)
             mult = hf.block_scale_values(qq).contiguous()  # fl32(s / gs[e])
-            from harness.formats import scales as _scales  # noqa: PLC0415
+            from harness.formats import scales as _scales
 
             mult_bf16 = _scales.block_scale_decode(spec, q.scales).contiguous()  # s
             post = (1.0 / gs).contiguous()
@@ -196,7 +196,7 @@ def _fmt_constexprs(kind: int, fmt: Optional[str]) -> dict:
 
 
 # GPU launch configurations by BLOCK_M class (tuned on an H200, see docs/benchmarks.md;
-# `python -m harness.moe.tune` re-measures). The flags never change results
+# `python -m tools.tune` re-measures). The flags never change results
 # bitwise except FAST_DECODE, which is exact where denormals are preserved
 # (checked by fused_dequantize on the device).
 GPU_CONFIGS = {
@@ -349,7 +349,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         if interpret:
             xk = (xk * g).to(torch.bfloat16)
         else:  # one pass, the same bits (fused_act.scale_to_bf16)
-            from . import fused_act  # noqa: PLC0415
+            from . import fused_act
 
             xk = fused_act.scale_to_bf16(xk, g)
         post = post * (1.0 / g)

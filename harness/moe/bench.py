@@ -64,7 +64,7 @@ def _time(fn, iters: int, warmup: int, device) -> float:
 
 def bf16_moe_forward(hidden, router_logits, w13, w2, top_k, renormalize=True):
     """The baseline: bf16 weights, per-expert loop over the routed tokens."""
-    from .routing import route  # noqa: PLC0415
+    from .routing import route
 
     T, H = hidden.shape
     I = w2.shape[2]
@@ -90,9 +90,9 @@ def _target_met(target, ms, bf16_ms):
 
 
 def run(args) -> dict:
-    from . import build_emulated_moe, calibrate_activation_scales  # noqa: PLC0415
-    from harness.kernels import fused_gemm as _fused  # noqa: PLC0415
-    from .graphs import capture_forward  # noqa: PLC0415
+    from . import build_emulated_moe, calibrate_activation_scales
+    from harness.kernels import fused_gemm as _fused
+    from .graphs import capture_forward
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     tokens = [int(t) for t in str(args.tokens).split(",") if t]
@@ -142,7 +142,7 @@ def run(args) -> dict:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         w13 = w2 = inputs = None  # free the GPU memory before the next shape
-    import triton  # noqa: PLC0415
+    import triton
 
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -167,7 +167,7 @@ def markdown(result: dict) -> str:
 def main(args) -> int:
     result = run(args)
     if not args.no_report:
-        from harness.report import ReportDir  # noqa: PLC0415
+        from harness.report import ReportDir
 
         rd = ReportDir.create("bench-moe", root=args.report_root)
         rd.write_json("results.json", result)

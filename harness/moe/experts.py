@@ -95,7 +95,7 @@ class ExpertsBase(torch.nn.Module):
                 ops.dequantize_expert_weights(qc.w2_q, qc.w2_gscale, backend=self.op_backend))
 
     def _make_kernel_weights(self):
-        from harness.kernels import fused_gemm  # noqa: PLC0415  (Triton only needed for this backend)
+        from harness.kernels import fused_gemm  # Triton only needed for this backend
 
         qc = self.quant_config
         return (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
@@ -118,7 +118,7 @@ class ExpertsBase(torch.nn.Module):
 
     def _gemm(self, x, ids, which: int, w_unfused):
         if self.backend == "fused":
-            from harness.kernels import fused_gemm  # noqa: PLC0415
+            from harness.kernels import fused_gemm
 
             a_gscale = None
             if self.scheme.two_level:
@@ -128,7 +128,7 @@ class ExpertsBase(torch.nn.Module):
         return _grouped_gemm_unfused(x, ids, w_unfused[which])
 
     def _precision(self, device) -> str:
-        from harness.kernels import fused_gemm  # noqa: PLC0415
+        from harness.kernels import fused_gemm
 
         return fused_gemm.resolve_precision(self.fused_precision, self.scheme, device)
 
@@ -145,7 +145,7 @@ class ExpertsBase(torch.nn.Module):
         xs = x.unsqueeze(1).expand(T, k, H).reshape(T * k, H)
         h1 = self._gemm(xs, ids, 0, w)
         if self.backend == "fused" and activation == "silu" and h1.is_cuda:
-            from harness.kernels import fused_act  # noqa: PLC0415  (bitwise the torch op, one pass)
+            from harness.kernels import fused_act  # bitwise the torch op, one pass
 
             g = fused_act.silu_and_mul(h1)
         else:
@@ -206,7 +206,7 @@ class UnquantizedExperts(ExpertsBase):
     """The "bf16" baseline: float weights as given (computed in float32), no QDQ."""
 
     def __init__(self, w13: torch.Tensor, w2: torch.Tensor, *, backend: str = "unfused", **kw):
-        from .schemes import BF16  # noqa: PLC0415
+        from .schemes import BF16
 
         self._w13, self._w2 = w13, w2
         self.scheme = BF16
@@ -216,7 +216,7 @@ class UnquantizedExperts(ExpertsBase):
         return self._w13.to(torch.float32), self._w2.to(torch.float32)
 
     def _make_kernel_weights(self):
-        from harness.kernels import fused_gemm  # noqa: PLC0415
+        from harness.kernels import fused_gemm
 
         return fused_gemm.FusedWeights.from_float(self._w13), fused_gemm.FusedWeights.from_float(self._w2)
 
