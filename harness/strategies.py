@@ -160,9 +160,7 @@ def finite_float32(draw, lo_exp: int = -149, hi_exp: int = 127):
     return float(v)
 
 
-# --- MoE problems (moe_problems) are appended below by the MoE suites. ---
-
-# ==== moe_problems: MoE problem strategy (owner: MoE property suites) ====
+# ==== moe_problems: MoE problem strategy ====
 # `moe_problems()`: a whole quantized-MoE problem as one hypothesis draw.
 #
 # Hypothesis draws only small integers and choices (sizes first, so a failure

@@ -32,8 +32,8 @@ COMPILE_CASES = {("nvfp4", "torch"), ("w_mxfp4_a_mxfp4", "auto")}
 
 
 def capture_and_compile(dev) -> dict:
-    import harness.moe as hm  # noqa: PLC0415
-    from harness.moe.graphs import capture_matches_eager, compile_matches_eager  # noqa: PLC0415
+    import harness.moe as hm
+    from harness.moe.graphs import capture_matches_eager, compile_matches_eager
 
     g = torch.Generator(device=dev).manual_seed(0)
     E, H, I, T, k = 8, 256, 256, 16, 2
@@ -64,10 +64,10 @@ def capture_and_compile(dev) -> dict:
 
 
 def gemm_contract(dev) -> dict:
-    import harness.moe as hm  # noqa: PLC0415
-    from harness.kernels import fused_gemm as fused  # noqa: PLC0415
-    from harness.moe import ops  # noqa: PLC0415
-    from harness.moe.experts import _grouped_gemm_unfused  # noqa: PLC0415
+    import harness.moe as hm
+    from harness.kernels import fused_gemm as fused
+    from harness.moe import ops
+    from harness.moe.experts import _grouped_gemm_unfused
 
     g = torch.Generator(device=dev).manual_seed(1)
     E, H, I, T, k = 8, 1024, 512, 256, 2
@@ -88,7 +88,7 @@ def gemm_contract(dev) -> dict:
         xs = x.repeat_interleave(k, 0)
         if s.act_fmt is not None:
             if s.two_level:
-                import harness.formats as hf  # noqa: PLC0415
+                import harness.formats as hf
 
                 a_gs = hf.nvfp4_global_scale(xs.abs().amax())
             xs, _ = hm.moe_kernel_quantize_input(xs, a_gs, s.quant_dtype, scale_mode=s.scale_mode)
@@ -103,9 +103,9 @@ def gemm_contract(dev) -> dict:
 
 def int64_offsets(dev) -> dict:
     """Expert weights past 2^31 bytes: the last expert's rows must be right."""
-    from harness.kernels import fused_gemm as fused  # noqa: PLC0415
-    from harness.moe import ops  # noqa: PLC0415
-    import harness.formats as hf  # noqa: PLC0415
+    from harness.kernels import fused_gemm as fused
+    from harness.moe import ops
+    import harness.formats as hf
 
     E, N, K = 40, 28672, 4096
     g = torch.Generator(device=dev).manual_seed(2)
@@ -130,9 +130,9 @@ def profile_forward(dev, tokens=(16, 4096), schemes=("w_mxfp4_a_mxfp4", "nvfp4")
     """Where a Mixtral-shape forward spends its GPU time: torch.profiler over
     `iters` eager forwards (mode auto), CUDA kernel time per kernel name, in
     microseconds per forward, largest first."""
-    import harness.moe as hm  # noqa: PLC0415
-    from harness.moe.bench import SHAPES  # noqa: PLC0415
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+    import harness.moe as hm
+    from harness.moe.bench import SHAPES
+    from torch.profiler import ProfilerActivity, profile
 
     E, k, H, I = SHAPES["mixtral"]
     g = torch.Generator(device=dev).manual_seed(0)
@@ -181,14 +181,14 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
     res: dict = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__}
-    from harness.kernels.fused_gemm import launch_tables  # noqa: PLC0415
+    from harness.kernels.fused_gemm import launch_tables
 
     res["fused_launch_tables"] = launch_tables()
-    from harness.moe.checks import run_checks  # noqa: PLC0415
+    from harness.moe.checks import run_checks
 
     if a.tune:
-        from harness.kernels import fused_gemm as fused  # noqa: PLC0415
-        from tools import tune  # noqa: PLC0415
+        from harness.kernels import fused_gemm as fused
+        from tools import tune
 
         _guard(res, "dequant_exactness", lambda: tune.dequant_exactness(dev))
         ex = res.get("dequant_exactness", {})
@@ -203,8 +203,8 @@ def main(argv=None) -> int:
 
     steps = set(a.steps.split(","))
     if "tune_predequant" in steps:
-        from harness.kernels import fused_gemm as fused  # noqa: PLC0415
-        from tools import tune  # noqa: PLC0415
+        from harness.kernels import fused_gemm as fused
+        from tools import tune
 
         _guard(res, "tune_predequant", lambda: tune.tune_predequant(dev))
         res["gpu_configs_used"] = fused.GPU_CONFIGS
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
         _guard(res, "int64_offsets", lambda: int64_offsets(dev))
         _dump(out, "smoke.json", res)
     if not a.skip_bench and "bench" in steps:
-        from harness.moe import bench  # noqa: PLC0415
+        from harness.moe import bench
 
         for shape in ("qwen3-30b-a3b", "mixtral"):
             bp = argparse.ArgumentParser()

@@ -25,9 +25,9 @@ def _ms(fn, iters=10, warmup=2):
 
 
 def dequant_exactness(dev) -> dict:
-    import harness.moe as hm  # noqa: PLC0415
-    from harness.kernels import fused_gemm as fused  # noqa: PLC0415
-    from harness.moe import ops  # noqa: PLC0415
+    import harness.moe as hm
+    from harness.kernels import fused_gemm as fused
+    from harness.moe import ops
 
     g = torch.Generator(device=dev).manual_seed(3)
     w = torch.randn(2, 64, 256, generator=g, device=dev)
@@ -45,8 +45,8 @@ def dequant_exactness(dev) -> dict:
 
 
 def tune(dev, fast_decode_ok: bool = True) -> dict:
-    import harness.moe as hm  # noqa: PLC0415
-    from harness.kernels import fused_gemm as fused  # noqa: PLC0415
+    import harness.moe as hm
+    from harness.kernels import fused_gemm as fused
 
     E, k, H, I = 8, 2, 4096, 14336
     g = torch.Generator(device=dev).manual_seed(0)
@@ -114,8 +114,8 @@ DEQUANT_TILES = [(32, 256, 4, 2), (64, 128, 4, 3), (16, 512, 4, 2)]
 def tune_predequant(dev) -> dict:
     """Tiles of mode "predequant" (dequant pass + grouped GEMM on bf16 weights),
     Mixtral GEMM1 at T=4096, MXFP4."""
-    import harness.moe as hm  # noqa: PLC0415
-    from harness.kernels import fused_gemm as fused  # noqa: PLC0415
+    import harness.moe as hm
+    from harness.kernels import fused_gemm as fused
 
     E, k, H, I, T = 8, 2, 4096, 14336, 4096
     g = torch.Generator(device=dev).manual_seed(0)

@@ -46,7 +46,7 @@ def modelopt(files, names: dict, config: dict) -> torch.Tensor:
 
 
 def quark(files, names: dict, config: dict) -> torch.Tensor:
-    import quark.torch.kernel  # noqa: F401  (registers torch.ops.quark)
+    import quark.torch.kernel
     from quark.torch.utils import create_pack_method
 
     qc = config["quantization_config"]

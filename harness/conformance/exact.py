@@ -3,7 +3,7 @@ should quantize to, computed without any floating-point step, to judge a
 mismatch between an implementation and the reference.
 
 OCP MX v1.0: the shared scale is 2^(floor(log2 amax) - emax) ("floor"); the
-other modes are the named alternatives of NUMERICS.md, each defined on the
+other modes are the named alternatives of docs/numerics.md, each defined on the
 exact amax: "ceil" 2^(ceil(log2 amax) - emax); "even" floor after rounding
 amax half-up to the element's mantissa width; "rceil" the smallest 2^n with
 amax <= max_normal * 2^n. The byte is clamped to [0, 254], an all-zero block

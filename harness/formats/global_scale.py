@@ -4,7 +4,7 @@ The reference uses vLLM's ENCODE-side scale gs = scale_max*elem_max/amax
 (large; 448*6/amax for nvfp4).
 Checkpoints store either the decode-side ModelOpt `weight_scale_2`
 (amax/2688, small) or the encode-side compressed-tensors `global_scale`.
-Mixing the two is a classic bug (UPSTREAM-BUGS.md), so every conversion is a
+Mixing the two is a classic bug (docs/upstream-bugs.md), so every conversion is a
 named function here.
 """
 from __future__ import annotations

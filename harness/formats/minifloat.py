@@ -2,7 +2,7 @@
 complement integers), by exact integer arithmetic.
 
 Encoding never goes through float log2 or `floor(x + 0.5)` (both round in
-float32, see NUMERICS.md pitfalls): the exponent comes from the fp32 exponent
+float32, see docs/numerics.md pitfalls): the exponent comes from the fp32 exponent
 bits, the significand is scaled by an exact power of two, and the tie is
 decided on the exact fractional part.
 """

@@ -111,7 +111,7 @@ def _quantize_two_level(xb: torch.Tensor, spec: FormatSpec, gs: torch.Tensor, ro
 
 
 def quantize(x: torch.Tensor, fmt, scale_mode: str = "floor", rounding: str = "rne", global_scale=None) -> QuantizedTensor:
-    """Quantize x [..., K] to element codes + block scales (see DESIGN.md)."""
+    """Quantize x [..., K] to element codes + block scales (see docs/design.md)."""
     spec = check_args(x, fmt, scale_mode, rounding, global_scale)
     xb = _blocks(x, spec.block_size)
     gs_t = None

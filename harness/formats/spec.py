@@ -175,7 +175,7 @@ E8M0 = PowerOfTwoScaleSpec("e8m0", 8, 127, 254, 0xFF, torch_dtype="float8_e8m0fn
 SCALE_SPECS: dict = {"e8m0": E8M0, "e4m3": E4M3}
 SCALE_RULES: dict = {"e8m0": "mx", "e4m3": "two_level"}
 
-# MX block-scale modes (NUMERICS.md): named codes shared by the reference and
+# MX block-scale modes (docs/numerics.md): named codes shared by the reference and
 # the kernels (compile-time constants there; an unknown code is a compile error).
 SCALE_FLOOR = 0
 SCALE_CEIL = 1
@@ -204,7 +204,7 @@ class FormatSpec:
     ml_dtypes_name: Optional[str]
     has_global_scale: bool = False
     sqnr_floor_db: Optional[float] = None
-    # Copied from the element for the public descriptor (DESIGN.md).
+    # Copied from the element for the public descriptor (docs/design.md).
     ebits: int = field(init=False)
     mbits: int = field(init=False)
     bias: int = field(init=False)

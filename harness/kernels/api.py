@@ -25,7 +25,7 @@ from harness.formats.validate import (
     check_same_device,
     dequantize_inputs,
 )
-from harness.formats.validate import global_scale_rows as rows_global_scale  # noqa: F401  (re-exported)
+from harness.formats.validate import global_scale_rows as rows_global_scale  # re-exported
 
 from .ops import dequantize_op, qdq_op, quantize_op
 

@@ -94,7 +94,7 @@ register("scale_to_bf16_kernel", fused_act._scale_kernel, scale_variants)
 def align_variants(backend=None):
     """Every padded size the host code can launch: pairs and experts up to
     moe_align's limits, padded to powers of two (BLOCK_M is a runtime int)."""
-    from . import moe_align  # noqa: PLC0415
+    from . import moe_align
 
     k = moe_align._kernel(False)
     types = dict(ids_ptr="*i64", rows_ptr="*i64", block_expert_ptr="*i32", P="i32", E="i32", NB="i32", NROWS="i32",

@@ -113,7 +113,7 @@ class FusedWeights:
             gs = gscale.to(device=q.codes.device, dtype=torch.float32).reshape(-1)
             qq = hf.QuantizedTensor(q.codes, q.scales, gs.reshape(-1, 1), spec.name)
             mult = hf.block_scale_values(qq).contiguous()  # fl32(s / gs[e])
-            from harness.formats import scales as _scales  # noqa: PLC0415
+            from harness.formats import scales as _scales
 
             mult_bf16 = _scales.block_scale_decode(spec, q.scales).contiguous()  # s
             post = (1.0 / gs).contiguous()
@@ -184,7 +184,7 @@ def pair_layout(ids: torch.Tensor, num_experts: int, num_rows: Optional[int] = N
     moe_align.MAX_PAIRS pairs one Triton launch (moe_align.py), else the
     torch ops of sort_pairs. Compute it once per forward and pass it to both
     GEMMs (`moe_gemm(layout=...)`)."""
-    from . import moe_align  # noqa: PLC0415
+    from . import moe_align
 
     bm = block_m or _block_m(ids.shape[0] if num_rows is None else num_rows, num_experts)
     ids = ids.to(torch.int64)
@@ -213,7 +213,7 @@ def _fmt_constexprs(kind: int, fmt: Optional[str]) -> dict:
 
 
 # GPU launch configurations by BLOCK_M class (tuned on an H200, see docs/benchmarks.md;
-# `python -m harness.moe.tune` re-measures). The flags never change results
+# `python -m tools.tune` re-measures). The flags never change results
 # bitwise except FAST_DECODE, which is exact where denormals are preserved
 # (checked by fused_dequantize on the device).
 GPU_CONFIGS = {
@@ -371,7 +371,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         if interpret:
             xk = (xk * g).to(torch.bfloat16)
         else:  # one pass, the same bits (fused_act.scale_to_bf16)
-            from . import fused_act  # noqa: PLC0415
+            from . import fused_act
 
             xk = fused_act.scale_to_bf16(xk, g)
         post = post * (1.0 / g)

@@ -71,8 +71,8 @@ def _check_triton():
     # Import triton itself (and its lazily imported parts) under the caller's
     # setting first: its own library functions must stay what the process
     # started with, only the kernel sources' functions change kind.
-    import triton  # noqa: F401
-    import triton.language  # noqa: F401
+    import triton
+    import triton.language
 
     try:
         import triton.experimental.gluon  # noqa: F401  (imported lazily by triton's launcher)

@@ -173,7 +173,7 @@ class MoEEmuLM(TemplateLM):
                           f"n_docs={self.calibration_docs})")
             self.activation_scales = calibrate.scales_from_amax(amax)
             self.calibration_info = {"source": source, "amax": amax}
-        from harness.moe.schemes import get_scheme  # noqa: PLC0415
+        from harness.moe.schemes import get_scheme
 
         return calibrate.scales_from_amax(self.calibration_info["amax"], get_scheme(scheme).act_fmt)
 

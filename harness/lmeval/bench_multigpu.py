@@ -103,6 +103,7 @@ def worker(args) -> dict:
         kwargs.update(parallelize=True, device_map=args.device_map or "auto")
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
+            torch.zeros(1, device=f"cuda:{i}")  # the allocator of a device exists only once it is used
             torch.cuda.reset_peak_memory_stats(i)
     t = time.perf_counter()
     lm = MoEEmuLM(**kwargs)

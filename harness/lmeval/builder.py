@@ -9,13 +9,13 @@ from .schemes import QUANTIZED_SCHEMES, SCHEMES  # noqa: F401  (re-exported)
 
 def needs_activation_scales(scheme: str) -> bool:
     """Whether the scheme's row requires calibrated activation global scales."""
-    from harness.moe.schemes import get_scheme  # noqa: PLC0415
+    from harness.moe.schemes import get_scheme
 
     return get_scheme(scheme).needs_act_gscale
 
 
 def emulation_builder():
-    from harness.moe import build_emulated_moe  # noqa: PLC0415
+    from harness.moe import build_emulated_moe
 
     return build_emulated_moe
 

@@ -104,10 +104,10 @@ def _targets(T: int, best: float, grouped: float, read_routed, predequant) -> di
 
 
 def run(args) -> dict:
-    from . import build_emulated_moe, calibrate_activation_scales  # noqa: PLC0415
-    from harness.kernels import fused_gemm as _fused  # noqa: PLC0415
+    from . import build_emulated_moe, calibrate_activation_scales
+    from harness.kernels import fused_gemm as _fused
 
-    from .schemes import get_scheme  # noqa: PLC0415
+    from .schemes import get_scheme
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     tokens = [int(t) for t in str(args.tokens).split(",") if t]
@@ -177,7 +177,7 @@ def run(args) -> dict:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         w13 = w2 = inputs = None  # free the GPU memory before the next shape
-    import triton  # noqa: PLC0415
+    import triton
 
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -225,7 +225,7 @@ def markdown(result: dict) -> str:
 def main(args) -> int:
     result = run(args)
     if not args.no_report:
-        from harness.report import ReportDir  # noqa: PLC0415
+        from harness.report import ReportDir
 
         rd = ReportDir.create("bench-moe", root=args.report_root)
         rd.write_json("results.json", result)

@@ -43,7 +43,7 @@ def _problem(seed: int, index: int, device):
 
 
 def check_scheme(scheme: str, backend: str, seed: int, device, index: int = 0) -> dict:
-    from . import reference  # noqa: PLC0415
+    from . import reference
 
     s = get_scheme(scheme)
     (w13, w2, x, lg), opts = _problem(seed, index, device)

@@ -133,7 +133,7 @@ def convert_to_ocp_mx_moe_kernel_format(layer, w13, w13_scale, w2, w2_scale, bac
 def _finish(qc: MoEQuantConfig, backend: MoEBackend) -> dict:
     out = {"backend": backend, "quant_config": qc, "kernel_weights": None}
     if backend is MoEBackend.TRITON_FUSED:
-        from harness.kernels import fused_gemm  # noqa: PLC0415
+        from harness.kernels import fused_gemm
 
         out["kernel_weights"] = (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
                                  fused_gemm.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))

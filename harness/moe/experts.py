@@ -10,7 +10,7 @@ Data flow of ExpertsBase.apply (P = T * top_k token/expert pairs, p = t*k + j):
     h2 = grouped GEMM: a @ W2[e].T               [P, H]
     out[t] = sum_j topk_weights[t, j] * h2[t*k + j]  -> hidden.dtype
 
-Contracts (each one an upstream bug class, see shared/UPSTREAM-BUGS.md):
+Contracts (each one an upstream bug class, see docs/upstream-bugs.md):
 - expects_unquantized_inputs = True: the BASE apply() quantizes a1; emulation
   subclasses must NOT quantize before calling super().apply() (double QDQ).
   When False the caller (FusedMoE's prepare step) has quantized a1 already.
@@ -95,7 +95,7 @@ class ExpertsBase(torch.nn.Module):
                 ops.dequantize_expert_weights(qc.w2_q, qc.w2_gscale, backend=self.op_backend))
 
     def _make_kernel_weights(self):
-        from harness.kernels import fused_gemm  # noqa: PLC0415  (Triton only needed for this backend)
+        from harness.kernels import fused_gemm  # Triton only needed for this backend
 
         qc = self.quant_config
         return (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
@@ -118,7 +118,7 @@ class ExpertsBase(torch.nn.Module):
 
     def _gemm(self, x, ids, which: int, w_unfused, layout=None):
         if self.backend == "fused":
-            from harness.kernels import fused_gemm  # noqa: PLC0415
+            from harness.kernels import fused_gemm
 
             a_gscale = None
             if self.scheme.two_level:
@@ -128,7 +128,7 @@ class ExpertsBase(torch.nn.Module):
         return _grouped_gemm_unfused(x, ids, w_unfused[which])
 
     def _precision(self, device) -> str:
-        from harness.kernels import fused_gemm  # noqa: PLC0415
+        from harness.kernels import fused_gemm
 
         return fused_gemm.resolve_precision(self.fused_precision, self.scheme, device)
 
@@ -145,12 +145,12 @@ class ExpertsBase(torch.nn.Module):
         xs = x.unsqueeze(1).expand(T, k, H).reshape(T * k, H)
         layout = None
         if self.backend == "fused":  # one expert-sorted layout for both GEMMs
-            from harness.kernels import fused_gemm  # noqa: PLC0415
+            from harness.kernels import fused_gemm
 
             layout = fused_gemm.pair_layout(ids, self._kernel_weights[0].E)
         h1 = self._gemm(xs, ids, 0, w, layout)
         if self.backend == "fused" and activation == "silu" and h1.is_cuda:
-            from harness.kernels import fused_act  # noqa: PLC0415  (bitwise the torch op, one pass)
+            from harness.kernels import fused_act  # bitwise the torch op, one pass
 
             g = fused_act.silu_and_mul(h1)
         else:
@@ -211,7 +211,7 @@ class UnquantizedExperts(ExpertsBase):
     """The "bf16" baseline: float weights as given (computed in float32), no QDQ."""
 
     def __init__(self, w13: torch.Tensor, w2: torch.Tensor, *, backend: str = "unfused", **kw):
-        from .schemes import BF16  # noqa: PLC0415
+        from .schemes import BF16
 
         self._w13, self._w2 = w13, w2
         self.scheme = BF16
@@ -221,7 +221,7 @@ class UnquantizedExperts(ExpertsBase):
         return self._w13.to(torch.float32), self._w2.to(torch.float32)
 
     def _make_kernel_weights(self):
-        from harness.kernels import fused_gemm  # noqa: PLC0415
+        from harness.kernels import fused_gemm
 
         return fused_gemm.FusedWeights.from_float(self._w13), fused_gemm.FusedWeights.from_float(self._w2)
 

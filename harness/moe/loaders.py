@@ -69,7 +69,7 @@ def load_compressed_tensors_nvfp4(tensors: dict, scheme=NVFP4) -> MoEQuantConfig
         v = t.get(name)
         return None if v is None else hf.global_scale_from_compressed_tensors(v.to(torch.float32).min()).reshape(()).to(device)
 
-    from . import ops  # noqa: PLC0415
+    from . import ops
 
     ops.prepare_device(device)
     return MoEQuantConfig(s, q13, q2, g13, g2, a1_gscale=act("w13_input_global_scale"),

@@ -33,7 +33,7 @@ def kernels_module():
     """harness.kernels, imported on first use (the torch path never needs it).
     An import error propagates: a broken install is never a silent switch to
     the reference path."""
-    import harness.kernels as hk  # noqa: PLC0415
+    import harness.kernels as hk
 
     return hk
 

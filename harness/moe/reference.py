@@ -1,6 +1,6 @@
 """Float64 reference MoE: the independent oracle of the property suites.
 
-Written from the data flow in DESIGN.md and the contract in docs/moe-api.md,
+Written from the data flow in docs/design.md and the contract in docs/moe-api.md,
 not from the layer's code. It is deliberately plain: no fusion, no custom ops,
 every quantize-dequantize (QDQ) an explicit call of the spec's reference
 quantizer `harness.formats.qdq`, everything else in float64.
@@ -41,7 +41,7 @@ Where float32 rounding happens, and why exactly there (the layer's contract):
       losslessly. Dequantized weights are float32 values (hf.dequantize),
       promoted losslessly. Everything else is float64.
 
-Scales (docs/moe-api.md, NUMERICS.md):
+Scales (docs/moe-api.md, docs/numerics.md):
     * NVFP4 weights: per-expert ENCODE-side global scales quant_config.w13_gscale
       / w2_gscale [E]; the value of a code is e2m1(code) * fl32(s / gs_e)
       (hf.dequantize with the per-expert global scale). A missing one raises.

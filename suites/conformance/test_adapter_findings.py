@@ -8,7 +8,7 @@ from harness.conformance import run_conformance
 from harness.conformance import verdict as vd
 
 pytest.importorskip("torchao.prototype.mx_formats", reason="torchao is a test dependency (pyproject [test])")
-from harness.conformance.adapters.torchao import torchao_mx, torchao_nvfp4  # noqa: E402
+from harness.conformance.adapters.torchao import torchao_mx, torchao_nvfp4
 
 
 def _explained(data):

@@ -1,5 +1,5 @@
 """Independent oracles for the reference quantizer, written from the published
-behaviour of three implementations (NUMERICS.md), with different algorithms
+behaviour of three implementations (docs/numerics.md), with different algorithms
 from harness.formats: log2 and threshold tables instead of exponent bits.
 
 - microxcaling `_quantize_mx`: shared exponent floor(log2 amax) - emax, then a

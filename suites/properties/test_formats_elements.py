@@ -1,4 +1,4 @@
-"""Element codecs against ml_dtypes, used only where NUMERICS.md says it is a
+"""Element codecs against ml_dtypes, used only where docs/numerics.md says it is a
 valid oracle: decoding every code, and encoding finite in-range values with
 round-to-nearest-even (not NaN, not overflow)."""
 import ml_dtypes
@@ -62,7 +62,7 @@ def test_e8m0_bytes_decode_like_ml_dtypes():
 
 
 def test_e4m3_scale_encode_matches_torch_saturating_cast():
-    """torch's float8_e4m3fn cast is RNE and saturates (NUMERICS.md): a valid
+    """torch's float8_e4m3fn cast is RNE and saturates (docs/numerics.md): a valid
     oracle for every finite float32 -- here every finite bf16 value."""
     v = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).to(torch.float32)
     v = v[torch.isfinite(v)]

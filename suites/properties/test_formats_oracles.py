@@ -24,7 +24,7 @@ MX = hf.MX_FORMAT_NAMES
 def test_matches_torchao_bitwise(fmt, mode, data):
     case = data.draw(hs.block_tensors(fmt, dtypes=(torch.float32, torch.bfloat16)))
     if mode == "even":
-        # torchao EVEN gives a NaN scale when amax rounds past 2^127 (NUMERICS.md);
+        # torchao EVEN gives a NaN scale when amax rounds past 2^127 (docs/numerics.md);
         # the reference clamps to 254. Outside that corner they must agree.
         assume(bool((oracles.amax_exponent(case.x, 32) < 127).all()))
     if mode == "rceil":

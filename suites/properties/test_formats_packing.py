@@ -1,4 +1,4 @@
-"""FP4 packing: low nibble = element 2i (NUMERICS.md)."""
+"""FP4 packing: low nibble = element 2i (docs/numerics.md)."""
 import pytest
 import torch
 from hypothesis import given

@@ -1,4 +1,4 @@
-"""Every special-value rule of NUMERICS.md, as explicit cases."""
+"""Every special-value rule of docs/numerics.md, as explicit cases."""
 import math
 
 import pytest
@@ -24,7 +24,7 @@ def prevfloat(v: float) -> float:
     return float(torch.nextafter(torch.tensor(v, dtype=torch.float32), torch.tensor(-math.inf)))
 
 
-# FP4 tie tables (NUMERICS.md). Anchor 6.0 puts the mxfp4 floor scale at 2^0;
+# FP4 tie tables (docs/numerics.md). Anchor 6.0 puts the mxfp4 floor scale at 2^0;
 # for nvfp4 gs=1 and amax 6 give s = e4m3(1.0) = 1 and r = 1.
 RNE_TIES = {0.25: 0.0, 0.75: 1.0, 1.25: 1.0, 1.75: 2.0, 2.5: 2.0, 3.5: 4.0, 5.0: 4.0}
 AWAY_TIES = {0.25: 0.5, 0.75: 1.0, 1.25: 1.5, 1.75: 2.0, 2.5: 3.0, 3.5: 4.0, 5.0: 6.0}
@@ -72,7 +72,7 @@ def test_scale_byte_clamped_to_0_254(fmt):
 @pytest.mark.parametrize("fmt", MX)
 def test_near_fp32_max_floor_finite_ceil_overflows(fmt):
     """floor stays finite at fp32 max; ceil/rceil scales, clamped at 2^127, give
-    an element that dequantizes to +-Inf (torchao's behaviour, NUMERICS.md)."""
+    an element that dequantizes to +-Inf (torchao's behaviour, docs/numerics.md)."""
     x = _block(fmt, [F32_MAX, -F32_MAX, 1.0])
     assert bool(torch.isfinite(hf.qdq(x, fmt, "floor")).all())
     for mode in ("ceil", "rceil"):

@@ -339,7 +339,7 @@ def test_qdq_and_dequantize_over_several_programs(fmt):
 def _outcome(call):
     try:
         return "ok", call()
-    except Exception as exc:  # noqa: BLE001 - the exception itself is compared
+    except Exception as exc:  # the exception itself is compared
         return type(exc).__name__, str(exc)
 
 
