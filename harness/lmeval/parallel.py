@@ -112,12 +112,20 @@ def layer_device(model: nn.Module, block_name: str) -> torch.device:
     return devices.pop()
 
 
+def canonical_device(dev) -> torch.device:
+    """"cuda" names the current CUDA device; tensors always carry an index."""
+    dev = torch.device(dev)
+    if dev.type == "cuda" and dev.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
 def placement_violations(model: nn.Module, blocks: dict[str, nn.Module], device_of=None) -> list[str]:
     """One line per tensor of an emulated block that is not on its layer's
     device (`device_of(block name)`, default: `layer_device`)."""
     bad = []
     for name, block in blocks.items():
-        want = torch.device(device_of(name)) if device_of else layer_device(model, name)
+        want = canonical_device(device_of(name) if device_of else layer_device(model, name))
         for path, t in iter_tensors(block):
             if t.device != want:
                 bad.append(f"{name}.{path} is on {t.device}, its layer on {want}")

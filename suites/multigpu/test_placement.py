@@ -125,3 +125,16 @@ def test_bad_device_map_one_line(bad, msg):
 def test_bad_parallelize_flag():
     with pytest.raises(ValueError, match="parallelize must be true or false"):
         MoEEmuLM(pretrained="tiny-moe", parallelize="maybe")
+
+
+def test_a_bare_cuda_device_means_the_current_one(monkeypatch):
+    # moe-emu's single-GPU device string is "cuda"; tensors report "cuda:0".
+    # Found on the H200: every expert tensor was reported cross-device.
+    import torch
+
+    from harness.lmeval.parallel import canonical_device
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert canonical_device("cuda") == torch.device("cuda", 1)
+    assert canonical_device("cuda:0") == torch.device("cuda", 0)
+    assert canonical_device("cpu") == torch.device("cpu")
