@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import torch
 
+import harness.formats as hf
+from harness.schemes import get_scheme
+
 from .errors import CheckpointFormatError
 from .stacking import cat_w13, expert_ids, fetch, pair, scalars, stack
 
@@ -43,7 +46,7 @@ def scheme(files) -> str:
     (gname, g), = groups.items()
     w, a = g.get("weights") or {}, g.get("input_activations")
     want_w = {"num_bits": 4, "type": "float", "group_size": block, "scale_dtype": sdt,
-              "strategy": "tensor_group" if wfmt == "nvfp4" else "group"}
+              "strategy": "tensor_group" if hf.get_format(wfmt).has_global_scale else "group"}
     for k, v in want_w.items():
         if w.get(k) != v:
             _fail(files, f"config_groups.{gname}.weights.{k}", f"{v!r} for {fmt}, got {w.get(k)!r}")
@@ -51,7 +54,7 @@ def scheme(files) -> str:
         _fail(files, f"config_groups.{gname}.input_activations",
               f"activation quantization ({fmt} weight-only has no harness MoE scheme)")
     want_a = {"num_bits": 4, "type": "float", "group_size": block,
-              "dynamic": "local" if wfmt == "nvfp4" else True}
+              "dynamic": "local" if hf.get_format(wfmt).has_global_scale else True}
     for k, v in want_a.items():
         if a.get(k) != v:
             _fail(files, f"config_groups.{gname}.input_activations.{k}", f"{v!r} for {fmt}, got {a.get(k)!r}")
@@ -59,8 +62,9 @@ def scheme(files) -> str:
 
 
 def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
-    nvfp4 = hscheme == "nvfp4"
-    blk = 16 if nvfp4 else 32
+    row = get_scheme(hscheme)
+    nvfp4 = row.two_level  # a per-tensor global scale beside the block scales
+    blk = row.weight_spec.block_size
     sdt = torch.float8_e4m3fn if nvfp4 else torch.uint8
     ids = expert_ids(files, block, experts)
     got: dict = {}
@@ -89,7 +93,7 @@ def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
 def quant_config(tensors: dict, hscheme: str):
     from harness.moe import loaders
 
-    if hscheme == "nvfp4":
+    if get_scheme(hscheme).two_level:
         return loaders.load_compressed_tensors_nvfp4(tensors)
     return loaders.load_ocp_mx({"w13_weight": tensors["w13_weight_packed"], "w13_weight_scale": tensors["w13_weight_scale"],
                                 "w2_weight": tensors["w2_weight_packed"], "w2_weight_scale": tensors["w2_weight_scale"]},

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+import harness.formats as hf
+
 from .shapes import GiB, Shape, get_shape
 
 SCHEMES = {"nvfp4": ("nvfp4", 16, "nvfp4-pack-quantized"), "mxfp4": ("mxfp4", 32, "mxfp4-pack-quantized")}
@@ -81,7 +83,7 @@ def quantization_config(shape: Shape, scheme: str) -> dict:
     targets = [rf"re:.*{moe}\.experts\.\d+\.({gate}|{up}|{down})$"]
     fp4 = dict(num_bits=4, type="float", symmetric=True, group_size=block, block_structure=None,
                actorder=None, observer_kwargs={})
-    if scheme == "nvfp4":
+    if hf.get_format(SCHEMES[scheme][0]).has_global_scale:
         weights = dict(fp4, strategy="tensor_group", dynamic=False, observer="static_minmax",
                        scale_dtype="torch.float8_e4m3fn", zp_dtype="torch.float8_e4m3fn")
         acts = dict(fp4, strategy="tensor_group", dynamic="local", observer="static_minmax",
@@ -106,7 +108,7 @@ def make_config(shape: Shape, scheme: str, seed: int, device: str) -> dict:
     cfg["quantization_config"] = quantization_config(shape, scheme)
     cfg[SYNTH_KEY] = {"shape": shape.name, "scheme": scheme, "harness_scheme": HARNESS_SCHEME[scheme],
                       "seed": seed, "rng_device": device, "std": STD,
-                      "activation_amax": ACT_AMAX if scheme == "nvfp4" else None,
+                      "activation_amax": ACT_AMAX if hf.get_format(SCHEMES[scheme][0]).has_global_scale else None,
                       "weights": "normal(0, std) per tensor, generator seeded by (seed, crc32(name)); norms 1"}
     return cfg
 
@@ -123,7 +125,6 @@ def random_normal(name: str, size: tuple, seed: int, device: str) -> torch.Tenso
 
 def expert_tensors(shape: Shape, scheme: str, layer: int, expert: int, seed: int, device: str) -> dict:
     """The quantized gate/up/down Linear tensors of one expert (compressed-tensors names)."""
-    import harness.formats as hf
     from harness.moe.schemes import get_scheme
 
     fmt, _, _ = SCHEMES[scheme]
@@ -133,12 +134,13 @@ def expert_tensors(shape: Shape, scheme: str, layer: int, expert: int, seed: int
     ws = {n: random_normal(base + n + ".weight", size, seed, device)
           for n, size in ((gate, (I, H)), (up, (I, H)), (down, (H, I)))}
     out = {}
-    if scheme == "nvfp4":
+    fmt = SCHEMES[scheme][0]
+    if hf.get_format(fmt).has_global_scale:
         fused = hf.nvfp4_global_scale(torch.maximum(ws[gate].abs().amax(), ws[up].abs().amax()))
         act = hf.nvfp4_global_scale(torch.tensor(ACT_AMAX, device=device))
         for n, w in ws.items():
             gs = fused if n != down else hf.nvfp4_global_scale(w.abs().amax())
-            q = hf.quantize(w, "nvfp4", global_scale=gs)
+            q = hf.quantize(w, fmt, global_scale=gs)
             out[base + n + ".weight_packed"] = hf.pack_fp4(q.codes)
             out[base + n + ".weight_scale"] = q.scales.view(torch.float8_e4m3fn)
             out[base + n + ".weight_global_scale"] = gs.reshape(1).to(torch.float32).clone()

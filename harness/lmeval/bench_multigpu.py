@@ -175,7 +175,9 @@ def default_scheme(checkpoint: str) -> str:
     from .adapter import resolve_model_dir
 
     folder = resolve_model_dir(checkpoint)
-    return synthetic_loader.checkpoint_scheme(folder) if synthetic_loader.is_compressed_tensors(folder) else "nvfp4"
+    from harness.schemes import NVFP4
+
+    return synthetic_loader.checkpoint_scheme(folder) if synthetic_loader.is_compressed_tensors(folder) else NVFP4.name
 
 
 def worker_command(mode: str, args, out: str, gpus: int, on_gpu: bool, device_map: str | None = None) -> list[str]:
@@ -231,7 +233,9 @@ def paper_for(args, mode_result: dict) -> dict | None:
     if not synthetic_loader.is_compressed_tensors(folder):
         return None
     cfg = synthetic_loader.read_config(folder)
-    block = 16 if synthetic_loader.checkpoint_scheme(folder) == "nvfp4" else 32
+    from harness.schemes import get_scheme
+
+    block = get_scheme(synthetic_loader.checkpoint_scheme(folder)).weight_spec.block_size
     shape = from_hf_config(cfg)
     batch = min(args.batch_size, max(1, args.requests // len(mode_result["ranks"])))
     r0 = mode_result["ranks"][0]

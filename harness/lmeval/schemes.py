@@ -1,9 +1,7 @@
 """Names a config may use, importable without torch (config validation stays fast)."""
+from harness.schemes import SCHEME_NAMES
 
-SCHEMES = (
-    "bf16", "nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp4_a_mxfp6_e3m2", "w_mxfp4_a_mxfp6_e2m3",
-    "w_mxfp4_a_fp8", "w_mxfp6_e3m2_a_mxfp6_e3m2", "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp8",
-)
+SCHEMES = ("bf16",) + SCHEME_NAMES  # the baseline, then harness/schemes.py's rows
 QUANTIZED_SCHEMES = SCHEMES[1:]
 # harness.moe.experts.BACKENDS (a test keeps the two equal)
 EXPERT_BACKENDS = ("unfused", "fused")
