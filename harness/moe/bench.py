@@ -63,16 +63,7 @@ def _time(fn, iters: int, warmup: int, device) -> float:
             fn()
             ts.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(ts)
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    return limits.median_cuda_ms(fn, iters)
 
 
 def _best(r: dict) -> float:

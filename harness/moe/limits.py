@@ -36,8 +36,8 @@ def gemm_flops(T: int, top_k: int, H: int, inter: int) -> float:
     return 2.0 * T * top_k * expert_weight_count(H, inter)
 
 
-def _median_ms(fn, iters: int) -> float:
-    fn()
+def median_cuda_ms(fn, iters: int) -> float:
+    """Median of `iters` CUDA-event timings of fn() (callers warm up first)."""
     torch.cuda.synchronize()
     ts = []
     for _ in range(iters):
@@ -59,7 +59,8 @@ def measure(device: torch.device, iters: int = 20) -> dict:
     n = 1 << 30
     src = torch.empty(n, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    ms = _median_ms(lambda: dst.copy_(src), iters)
+    dst.copy_(src)
+    ms = median_cuda_ms(lambda: dst.copy_(src), iters)
     # A copy moves n bytes in and n out; a read-only stream gets the same
     # per-direction rate on HBM (the bench's kernel figures use the same rule).
     copy_gbps = 2 * n / (ms * 1e-3) / 1e9
@@ -67,7 +68,8 @@ def measure(device: torch.device, iters: int = 20) -> dict:
     m = 8192
     a = torch.randn(m, m, device=device, dtype=torch.bfloat16)
     b = torch.randn(m, m, device=device, dtype=torch.bfloat16)
-    ms = _median_ms(lambda: a @ b, iters)
+    a @ b
+    ms = median_cuda_ms(lambda: a @ b, iters)
     tflops = 2 * m ** 3 / (ms * 1e-3) / 1e12
     return {"copy_gbps": copy_gbps, "bf16_tflops": tflops}
 
