@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from harness.schemes import NVFP4
+
 from .errors import CheckpointFormatError
 from .stacking import cat_w13, expert_ids, fetch, pair, scalars, stack
 
@@ -34,7 +36,7 @@ def scheme(files) -> str:
             if a.get("group_size") != 16 or a.get("num_bits") != 4 or a.get("type") != "float":
                 raise CheckpointFormatError(where, f"quantization_config.config_groups.{gname}.{part}",
                                             f"num_bits 4, type float, group_size 16 (NVFP4), got {a}")
-    return "nvfp4"
+    return NVFP4.name  # ModelOpt's NVFP4 export is the two-level scheme
 
 
 def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:

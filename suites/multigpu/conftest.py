@@ -1,20 +1,11 @@
-"""Fixtures of the multi-GPU suite (runs on CPU: device maps over CPU and meta)."""
-
-import os
+"""Fixtures of the multi-GPU suite (runs on CPU: device maps over CPU and meta):
+the lm-eval suite's offline set-up and bf16 tiny model, shared, not copied."""
 
 import pytest
 
-from harness.lmeval.offline import enter_offline, set_threads
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _offline(tmp_path_factory):
-    enter_offline(os.environ.get("HARNESS_CACHE_DIR") or tmp_path_factory.mktemp("hf-cache"))
-    set_threads(int(os.environ.get("HARNESS_TORCH_THREADS", "1")))
+from suites.lm_eval.conftest import _offline, tiny_lm  # noqa: F401  (fixtures registered here too)
 
 
 @pytest.fixture(scope="session")
-def plain_lm():
-    from harness.lmeval.adapter import MoEEmuLM
-
-    return MoEEmuLM(pretrained="tiny-moe", scheme="bf16", dtype="float32", batch_size=64)
+def plain_lm(tiny_lm):  # noqa: F811
+    return tiny_lm
