@@ -165,7 +165,20 @@ def worker_main(argv=None) -> int:
         tmp = Path(args.out + ".tmp")
         tmp.write_text(json.dumps(result, default=str))
         os.replace(tmp, args.out)
+    _leave_process_group()
     return 0
+
+
+def _leave_process_group() -> None:
+    """Data parallel: every rank waits for the others, then tears the process
+    group down before exiting; a rank that exits with gloo's threads still
+    running can abort ("terminate called without an active exception", seen
+    once in the CPU dry run)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 # -- orchestration ---------------------------------------------------------------------------
