@@ -1,7 +1,8 @@
 """Real MoE model shapes (the fields of their HF config.json) and what they
 weigh on paper: in bf16, and as the harness' emulation holds them on a device
 (one uint8 code per element, one scale byte per block, fp32 global scales,
-everything outside the experts in bf16)."""
+everything outside the experts in bf16; the fused backend adds its kernel
+format, kernel_expert_bytes_per_layer)."""
 
 from __future__ import annotations
 
@@ -62,12 +63,22 @@ class Shape:
         n = self.expert_params_per_layer
         return n + n // block + (2 * 4 * self.experts if block == 16 else 0)
 
-    def emulated_layer_bytes(self, block: int) -> int:
-        return (self.emulated_expert_bytes_per_layer(block)
+    def kernel_expert_bytes_per_layer(self, block: int, *, fp4: bool = True, post: bool = False) -> int:
+        """What the fused backend holds per layer on top of those codes
+        (kernels/fused_gemm.FusedWeights): fp4 codes packed two a byte (other
+        widths share the code tensor), one float32 multiplier per block for the
+        precision the layer runs, and with `post` (two-level rows in "bf16") a
+        float32 1/gs per expert for each of w13 and w2."""
+        n = self.expert_params_per_layer
+        return (n // 2 if fp4 else 0) + 4 * (n // block) + (2 * 4 * self.experts if post else 0)
+
+    def emulated_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True, post: bool = False) -> int:
+        kernel = self.kernel_expert_bytes_per_layer(block, fp4=fp4, post=post) if fused else 0
+        return (self.emulated_expert_bytes_per_layer(block) + kernel
                 + 2 * (self.attention_params_per_layer + self.router_params_per_layer))
 
-    def emulated_bytes(self, block: int) -> int:
-        return self.layers * self.emulated_layer_bytes(block) + 2 * self.outer_params
+    def emulated_bytes(self, block: int, *, fused: bool = False, fp4: bool = True, post: bool = False) -> int:
+        return self.layers * self.emulated_layer_bytes(block, fused=fused, fp4=fp4, post=post) + 2 * self.outer_params
 
     def disk_bytes(self, block: int) -> int:
         """The checkpoint on disk: packed fp4 (2 elements a byte), scale bytes, fp32 global and input scales."""

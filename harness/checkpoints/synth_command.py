@@ -31,13 +31,18 @@ def add_synth_parser(sub) -> None:
 
 
 def plan(shape_name: str, scheme: str) -> dict:
+    """Sizes on paper; "emulated" is the unfused backend's layer, "emulated_fused"
+    the fused backend's on a GPU (its kernel format added, harness/lmeval/memory_model.py)."""
     s = get_shape(shape_name)
     block = SCHEMES[scheme][1]
     emu = s.emulated_bytes(block)
+    fused = s.emulated_bytes(block, fused=True, post=scheme == "nvfp4")  # nvfp4 runs "bf16" on a GPU: 1/gs kept
     return {"shape": s.name, "scheme": scheme, "params": s.params, "bf16_gib": round(s.bf16_bytes() / GiB, 1),
-            "emulated_gib": round(emu / GiB, 1), "disk_gib": round(s.disk_bytes(block) / GiB, 1),
+            "emulated_gib": round(emu / GiB, 1), "emulated_fused_gib": round(fused / GiB, 1),
+            "disk_gib": round(s.disk_bytes(block) / GiB, 1),
             "bf16_fits_one_h200": s.bf16_bytes() < H200_BYTES,
-            "emulated_fits_one_h200": emu < H200_BYTES, "note": s.note}
+            "emulated_fits_one_h200": emu < H200_BYTES, "emulated_fused_fits_one_h200": fused < H200_BYTES,
+            "note": s.note}
 
 
 def main(args) -> int:

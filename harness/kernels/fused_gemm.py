@@ -77,6 +77,7 @@ from .loader import kernels
 
 U = U32
 PRECISIONS = ("auto", "ieee", "bf16")
+RESOLVED_PRECISIONS = ("ieee", "bf16")
 
 
 def _kernel(interpret: bool):
@@ -101,22 +102,33 @@ class FusedWeights:
     K: int
 
     @classmethod
-    def from_quantized(cls, q: hf.QuantizedTensor, gscale: Optional[torch.Tensor]) -> "FusedWeights":
+    def from_quantized(cls, q: hf.QuantizedTensor, gscale: Optional[torch.Tensor],
+                       precisions: tuple = RESOLVED_PRECISIONS) -> "FusedWeights":
+        """`precisions`: the resolved precisions the weights will be run at. A
+        two-level row keeps one float32 multiplier per block for each (fl32(s/gs)
+        for "ieee", s for "bf16"): preparing only the one a layer runs halves
+        that memory (a quarter byte per weight each)."""
+        unknown = [p for p in precisions if p not in RESOLVED_PRECISIONS]
+        if unknown or not precisions:
+            raise ValueError(f"precisions must be a non-empty subset of {RESOLVED_PRECISIONS}, got {precisions!r}")
         spec = q.spec
         E, N, K = q.codes.shape
         if spec.is_mx:
-            mult = hf.block_scale_values(q).contiguous()
+            mult = hf.block_scale_values(q).contiguous()  # the same multipliers serve both precisions
             mult_bf16, post = mult, None
         else:
             if gscale is None:
                 raise ValueError(f"{spec.name} fused weights need the per-expert global scale")
             gs = gscale.to(device=q.codes.device, dtype=torch.float32).reshape(-1)
-            qq = hf.QuantizedTensor(q.codes, q.scales, gs.reshape(-1, 1), spec.name)
-            mult = hf.block_scale_values(qq).contiguous()  # fl32(s / gs[e])
-            from harness.formats import scales as _scales
+            mult = mult_bf16 = post = None
+            if "ieee" in precisions:
+                qq = hf.QuantizedTensor(q.codes, q.scales, gs.reshape(-1, 1), spec.name)
+                mult = hf.block_scale_values(qq).contiguous()  # fl32(s / gs[e])
+            if "bf16" in precisions:
+                from harness.formats import scales as _scales
 
-            mult_bf16 = _scales.block_scale_decode(spec, q.scales).contiguous()  # s
-            post = (1.0 / gs).contiguous()
+                mult_bf16 = _scales.block_scale_decode(spec, q.scales).contiguous()  # s
+                post = (1.0 / gs).contiguous()
         data = hf.pack_fp4(q.codes) if spec.is_fp4 else q.codes.contiguous()
         return cls(1, data.contiguous(), mult, mult_bf16, post, spec.name, E, N, K)
 
@@ -363,6 +375,9 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         mode = "predequant" if (not interpret and fw.kind == 1 and many) else "fused"
     bf16 = precision == "bf16"
     mult, post = (fw.mult_bf16, fw.post_bf16) if bf16 else (fw.mult, None)
+    if fw.kind == 1 and mult is None:
+        raise ValueError(f"{fw.fmt} fused weights hold no multipliers for precision {precision!r}: prepare them "
+                         f"with FusedWeights.from_quantized(..., precisions=(..., {precision!r}))")
     xk = x.to(torch.float32)
     if bf16 and post is not None:  # nvfp4: x * gs_a is exactly e2m1 * s in bf16
         if a_gscale is None:
@@ -416,6 +431,8 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, mult: Optional[torch.Tenso
 
 def fused_dequantize(fw: FusedWeights, config: Optional[dict] = None) -> torch.Tensor:
     """The kernel's dequant path alone: [E, N, K] float32 (bit-exact contract)."""
+    if fw.kind == 1 and fw.mult is None:
+        raise ValueError(f"{fw.fmt} fused weights were prepared without the 'ieee' multipliers")
     return _dequantize(fw, torch.float32, fw.mult, config)
 
 

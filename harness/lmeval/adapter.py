@@ -262,11 +262,9 @@ class MoEEmuLM(TemplateLM):
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
     # -- scoring ---------------------------------------------------------------
-    @torch.no_grad()
-    def logprobs(self, rows: list[list[int]]) -> list[torch.Tensor]:
-        """Full next-token log-probabilities [len(row), V] (float32, CPU) for each
-        token row, batched right-padded. Also used by the KL gate."""
-        out: list = [None] * len(rows)
+    def _batched_logits(self, rows: list[list[int]]):
+        """(row indices, logits [B, width, V] on the model's output device) per
+        batch of rows, longest first, right-padded."""
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
         for start in range(0, len(order), self.batch_size):
             idx = order[start:start + self.batch_size]
@@ -276,10 +274,39 @@ class MoEEmuLM(TemplateLM):
             for j, i in enumerate(idx):
                 ids[j, :len(rows[i])] = torch.tensor(rows[i])
                 mask[j, :len(rows[i])] = 1
-            logits = self.model(input_ids=ids.to(self._device), attention_mask=mask.to(self._device)).logits
+            yield idx, self.model(input_ids=ids.to(self._device), attention_mask=mask.to(self._device)).logits
+
+    @torch.no_grad()
+    def logprobs(self, rows: list[list[int]]) -> list[torch.Tensor]:
+        """Full next-token log-probabilities [len(row), V] (float32, CPU) for each
+        token row, batched right-padded. Used by the KL gate, which needs the
+        whole distribution."""
+        out: list = [None] * len(rows)
+        for idx, logits in self._batched_logits(rows):
             lp = F.log_softmax(logits.float(), dim=-1).cpu()
             for j, i in enumerate(idx):
                 out[i] = lp[j, :len(rows[i])]
+        return out
+
+    @torch.no_grad()
+    def span_scores(self, rows: list[list[int]], spans: list[tuple[int, list[int]]]) -> list[tuple[float, bool]]:
+        """(sum of the target tokens' log-probabilities, all targets greedy) for
+        each row's span (first position, target tokens). Only the span's
+        positions are normalised, on the logits' device, and only the scores
+        leave it: a full [T, V] float32 copy to the host per row would make
+        loglikelihood host-bandwidth bound (2 GB per batch of 8 x 260 tokens at
+        Qwen3's 151936-token vocabulary). log_softmax is per position, so the
+        values equal those of `logprobs` bit for bit on the same device
+        (suites/lm_eval test)."""
+        out: list = [None] * len(rows)
+        for idx, logits in self._batched_logits(rows):
+            for j, i in enumerate(idx):
+                first, target = spans[i]
+                sel = F.log_softmax(logits[j, first:first + len(target)].float(), dim=-1)
+                tgt = torch.tensor(target, device=sel.device)
+                ll = sel.gather(1, tgt[:, None]).cpu()
+                greedy = bool((sel.argmax(-1) == tgt).all())
+                out[i] = (float(ll.sum()), greedy)
         return out
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
@@ -293,12 +320,7 @@ class MoEEmuLM(TemplateLM):
         pbar = tqdm(total=len(rows), disable=disable_tqdm, desc=f"loglikelihood [{self.scheme}]")
         for start in range(0, len(rows), self.batch_size * 8):
             chunk = rows[start:start + self.batch_size * 8]
-            for lp, (first, target) in zip(self.logprobs(chunk), spans[start:start + len(chunk)]):
-                sel = lp[first:first + len(target)]
-                tgt = torch.tensor(target)
-                ll = float(sel.gather(1, tgt[:, None]).sum())
-                greedy = bool((sel.argmax(-1) == tgt).all())
-                results.append((ll, greedy))
+            results.extend(self.span_scores(chunk, spans[start:start + len(chunk)]))
             pbar.update(len(chunk))
         pbar.close()
         return results

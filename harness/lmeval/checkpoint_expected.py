@@ -21,6 +21,13 @@ def config_name(producer: str, scheme: str) -> str:
     return f"producer-{producer}-{scheme}.yaml"
 
 
+def config_paths() -> list[Path]:
+    """The config of every producer x scheme of the producer table, in its order."""
+    from harness.checkpoints import producers
+
+    return [CONFIG_DIR / config_name(name, s) for name, p in producers.PRODUCERS.items() for s in p.schemes]
+
+
 def _checkpoint_lines(producer: str, scheme: str) -> list[str]:
     from harness.checkpoints import producers
 

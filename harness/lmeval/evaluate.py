@@ -295,23 +295,29 @@ def _strip(out: dict) -> dict:
 
 
 def run_tiny_all_schemes(report_dir, limit: int | None = 200, schemes=None, session: Session | None = None,
-                         write: bool = True, on_result=None, progress=None) -> list[dict]:
-    """Every tiny-<scheme>.yaml config, one shared model and baseline; writes
-    <report_dir>/lm_eval/ (raw results, summary.md, plot) after each scheme when
-    `write`. Each scheme is one check: `on_result(result)` hears it the moment it
-    finishes, so an interrupted run keeps the schemes that finished."""
+                         write: bool = True, on_result=None, progress=None, producers: bool = False) -> list[dict]:
+    """Every tiny-<scheme>.yaml config, one shared model and baseline (and with
+    `producers`, then every producer-<producer>-<scheme>.yaml config: the same
+    model with its experts read from that producer's checkpoint); writes
+    <report_dir>/lm_eval/ (raw results, summary.md, plot) after each config when
+    `write`. Each config is one check: `on_result(result)` hears it the moment it
+    finishes, so an interrupted run keeps the configs that finished."""
     from .builder import SCHEMES
 
+    paths = [tiny_config_path(s) for s in (schemes or SCHEMES)]
+    if producers:
+        from .checkpoint_expected import config_paths
+
+        paths += config_paths()
     session = session or Session()
-    schemes = list(schemes or SCHEMES)
     out = []
-    for s in schemes:
-        cfg = load(tiny_config_path(s))
-        out.append(run_config(cfg, session=session, limit=limit, progress=progress))
+    for path in paths:
+        out.append(run_config(load(path), session=session, limit=limit, progress=progress))
         if write and report_dir is not None:
             from .report import write_lm_eval_report
 
-            write_lm_eval_report(report_dir, out, title="lm-eval: tiny-moe, every scheme")
+            write_lm_eval_report(report_dir, out, title="lm-eval: tiny-moe, every scheme"
+                                 + (" and producer checkpoint" if producers else ""))
         if on_result is not None:
             on_result(_without_raw(out[-1]))
     return [_without_raw(r) for r in out]

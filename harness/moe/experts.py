@@ -98,8 +98,10 @@ class ExpertsBase(torch.nn.Module):
         from harness.kernels import fused_gemm  # Triton only needed for this backend
 
         qc = self.quant_config
-        return (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
-                fused_gemm.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))
+        # Only the multipliers of the precision this layer runs (on its weights' device).
+        prec = (self._precision(qc.w13_q.codes.device),)
+        return (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale, precisions=prec),
+                fused_gemm.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale, precisions=prec))
 
     # -- scale selection: by `is None`, never `a or b` on tensors ---------------
     def a1_input_scale(self):

@@ -42,6 +42,26 @@ def test_batched_scoring_equals_one_at_a_time(tiny_lm):
         torch.testing.assert_close(tiny_lm.logprobs([r])[0], lp, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("scheme", ["bf16", "nvfp4"])
+def test_span_scores_equal_full_logprobs_bitwise(tiny_lm, scheme):
+    """loglikelihood normalises only the continuation's positions on the
+    device (span_scores); the values equal those gathered from the full
+    [T, V] log-probabilities the KL gate uses, bit for bit, and so do the
+    greedy flags, for rows of several lengths batched together."""
+    tiny_lm.set_scheme(scheme)
+    texts = ("12+34=46\n", "999+1=1000\n7+8=15\n", "5+5=10", "100+250=350\n1+1=2\n")
+    rows = [tiny_lm.tok_encode(t) for t in texts]
+    spans = [(len(r) - n - 1, r[len(r) - n:]) for r, n in zip(rows, (3, 5, 2, 7))]
+    rows = [r[:-1] for r in rows]
+    full = tiny_lm.logprobs(rows)
+    got = tiny_lm.span_scores(rows, spans)
+    for lp, (first, target), (ll, greedy) in zip(full, spans, got):
+        sel = lp[first:first + len(target)]
+        tgt = torch.tensor(target)
+        assert ll == float(sel.gather(1, tgt[:, None]).sum())
+        assert greedy == bool((sel.argmax(-1) == tgt).all())
+
+
 def test_rolling_equals_sum_of_token_logprobs(tiny_lm):
     from lm_eval.api.instance import Instance
 

@@ -88,6 +88,17 @@ def test_run_puts_the_lm_eval_cache_under_the_chosen_reports(monkeypatch, tmp_pa
     monkeypatch.delenv("HARNESS_CACHE_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(evaluate, "run_tiny_all_schemes",
-                        lambda report_dir, on_result, progress: seen.setdefault("cache", os.environ["HARNESS_CACHE_DIR"]))
+                        lambda report_dir, on_result, progress, producers: seen.update(
+                            cache=os.environ["HARNESS_CACHE_DIR"], producers=producers))
     run._lmeval_section({"report_dir": None, "reports_root": tmp_path / "elsewhere", "progress": print}, print)
     assert seen["cache"] == str(tmp_path / "elsewhere" / ".cache")
+    assert seen["producers"] is True  # `moe-harness run` evaluates the producer checkpoints too (issue #15)
+
+
+def test_producer_configs_follow_the_producer_table():
+    from harness.checkpoints import producers
+    from harness.lmeval.checkpoint_expected import config_paths
+
+    paths = config_paths()
+    assert len(paths) == sum(len(p.schemes) for p in producers.PRODUCERS.values()) >= 7
+    assert all(p.is_file() for p in paths), [p for p in paths if not p.is_file()]

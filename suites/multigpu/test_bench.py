@@ -8,6 +8,7 @@ import pytest
 from harness.checkpoints import synthetic, synthetic_loader
 from harness.checkpoints.shapes import SHAPES, from_hf_config
 from harness.lmeval import bench_multigpu, memory_model
+from harness.schemes import get_scheme
 
 
 def _args(ckpt, **kw):
@@ -46,15 +47,50 @@ def test_requests_are_seeded():
 
 
 @pytest.mark.parametrize("name", ["mixtral-8x22b", "qwen3-235b-a22b", "qwen3-30b-a3b"])
-@pytest.mark.parametrize("block", [16, 32])
-def test_paper_weights_add_up_over_devices(name, block):
+@pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4"])
+@pytest.mark.parametrize("backend", ["unfused", "fused"])
+def test_paper_weights_add_up_over_devices(name, scheme, backend):
     s = SHAPES[name]
+    block = get_scheme(scheme).weight_spec.block_size
+    fused = dict(fused=backend == "fused", post=backend == "fused" and scheme == "nvfp4")
     dm = synthetic_loader.device_map_for(s.hf_config(), ["cuda:0", "cuda:1"])
-    two = memory_model.per_device(s, block, dm, batch=4, seq=512)
-    one = memory_model.per_device(s, block, synthetic_loader.device_map_for(s.hf_config(), ["cuda:0"]), 4, 512)
-    assert sum(d["weights"] for d in two.values()) == one["cuda:0"]["weights"] == s.emulated_bytes(block)
-    assert two["cuda:0"]["logits"] == 0 and two["cuda:1"]["logits"] == 4 * 512 * s.vocab * 10
-    assert abs(two["cuda:0"]["weights"] - two["cuda:1"]["weights"]) <= s.emulated_layer_bytes(block) + 4 * s.vocab * s.hidden
+    two = memory_model.per_device(s, scheme, dm, batch=4, seq=512, backend=backend)
+    one = memory_model.per_device(s, scheme, synthetic_loader.device_map_for(s.hf_config(), ["cuda:0"]), 4, 512,
+                                  backend=backend)
+    assert sum(d["weights"] for d in two.values()) == one["cuda:0"]["weights"] == s.emulated_bytes(block, **fused)
+    # bf16 logits made on the last GPU, moved to the first one
+    assert two["cuda:0"]["logits"] == two["cuda:1"]["logits"] == one["cuda:0"]["logits"] == 4 * 512 * s.vocab * 2
+    assert abs(two["cuda:0"]["weights"] - two["cuda:1"]["weights"]) <= (s.emulated_layer_bytes(block, **fused)
+                                                                        + 4 * s.vocab * s.hidden)
+
+
+def test_fused_weights_on_paper_are_what_the_layer_holds():
+    """The fused backend's bytes on paper equal the bytes of every tensor a
+    built fused layer holds (codes, scales, global scales, packed codes,
+    multipliers, 1/gs), counted once per storage, for a two-level and an MX
+    scheme, in both precisions of the two-level one."""
+    import torch
+
+    import harness.moe as hm
+    from harness.lmeval.parallel import iter_tensors
+
+    s = SHAPES["tiny-qwen3-moe"]
+    g = torch.Generator().manual_seed(0)
+    w13 = torch.randn(s.experts, 2 * s.moe_intermediate, s.hidden, generator=g)
+    w2 = torch.randn(s.experts, s.hidden, s.moe_intermediate, generator=g)
+    for scheme, precision in (("nvfp4", "ieee"), ("nvfp4", "bf16"), ("w_mxfp4_a_mxfp4", "ieee")):
+        moe = hm.build_emulated_moe(scheme, w13, w2, top_k=s.top_k, backend="fused", fused_precision=precision,
+                                    a1_gscale=torch.tensor(1.0), a2_gscale=torch.tensor(1.0))
+        ex = moe.experts
+        held = {}
+        for obj in (moe.quant_config.w13_q, moe.quant_config.w2_q, moe.quant_config.w13_gscale,
+                    moe.quant_config.w2_gscale, *ex._kernel_weights):
+            for _, t in iter_tensors(obj):
+                held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        spec = get_scheme(scheme).weight_spec
+        want = (s.emulated_expert_bytes_per_layer(spec.block_size)
+                + s.kernel_expert_bytes_per_layer(spec.block_size, post=spec.is_two_level and precision == "bf16"))
+        assert sum(held.values()) == want, (scheme, precision)
 
 
 def test_shape_from_config_round_trips():

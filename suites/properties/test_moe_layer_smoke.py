@@ -166,3 +166,23 @@ def test_fused_gemm_tiles_that_do_not_divide(scheme):
     masked = fused_gemm.moe_gemm(x, ids, fw, config=dict(BLOCK_N=16, BLOCK_K=32, EVEN_NK=False))
     assert ((even - yu).abs().double() <= bound).all()
     assert torch.equal(even.view(torch.int32), masked.view(torch.int32))
+
+
+def test_fused_layer_holds_one_multiplier_set(problem):
+    """A two-level fused layer keeps only the float32 block multipliers of the
+    precision it runs (here "ieee", CPU): a second set is a quarter byte per
+    weight of dead memory (issue #16's real-size runs). Asking the other
+    precision of those weights is refused, naming it."""
+    w13, w2, x, lg, a1, a2 = problem
+    moe = hm.build_emulated_moe("nvfp4", w13, w2, top_k=K, a1_gscale=a1, a2_gscale=a2, backend="fused")
+    for fw in moe.experts._kernel_weights:
+        assert fw.mult is not None and fw.mult_bf16 is None and fw.post_bf16 is None
+    fw = moe.experts._kernel_weights[0]
+    xs = x[:, :H].float().repeat_interleave(K, 0)
+    ids = torch.arange(T * K) % E
+    with pytest.raises(ValueError, match="no multipliers for precision 'bf16'"):
+        fused_gemm.moe_gemm(xs, ids, fw, precision="bf16", a_gscale=torch.tensor(1.0))
+    with pytest.raises(ValueError, match="precisions must be"):
+        fused_gemm.FusedWeights.from_quantized(moe.quant_config.w13_q, moe.quant_config.w13_gscale, precisions=("fp8",))
+    both = fused_gemm.FusedWeights.from_quantized(moe.quant_config.w13_q, moe.quant_config.w13_gscale)
+    assert both.mult is not None and both.mult_bf16 is not None  # the default still prepares both
