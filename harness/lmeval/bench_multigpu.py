@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -41,13 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheme", default=None, help="default: the checkpoint's own scheme, else nvfp4")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--gpus", type=int, default=2, help="GPUs for the model- and data-parallel modes")
-    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--ctx-len", type=int, default=256)
     parser.add_argument("--gen-requests", type=int, default=32)
     parser.add_argument("--gen-tokens", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--backend", default="unfused", choices=("unfused", "fused"), help="experts backend")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed runs of each phase per rank; the median counts (one run of a 1 s phase spread 1.1-2.0x)")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per mode")
     parser.add_argument("--report-root", default="reports")
     parser.add_argument("--no-report", action="store_true")
@@ -122,25 +125,31 @@ def worker(args) -> dict:
     lm.generate_until([Instance("generate_until", {}, (p, {"until": [], "max_gen_toks": 2}), i)
                        for i, p in enumerate(prompts[:args.batch_size])], disable_tqdm=True)
     _sync(torch)
-    lm.barrier()
-    t = time.perf_counter()
-    lm.loglikelihood(ll, disable_tqdm=True)
-    _sync(torch)
-    ll_s = time.perf_counter() - t
+    ll_runs = []
+    for _ in range(args.repeats):  # each phase timed `repeats` times, all ranks starting together
+        lm.barrier()
+        t = time.perf_counter()
+        lm.loglikelihood(ll, disable_tqdm=True)
+        _sync(torch)
+        ll_runs.append(time.perf_counter() - t)
 
     gen = [Instance("generate_until", {}, (p, {"until": [], "max_gen_toks": args.gen_tokens}), i)
            for i, p in enumerate(prompts)]
-    counter = _StepCounter()
-    handle = lm.model.register_forward_pre_hook(counter, with_kwargs=True)
-    lm.barrier()
-    t = time.perf_counter()
-    lm.generate_until(gen, disable_tqdm=True)
-    _sync(torch)
-    gen_s = time.perf_counter() - t
-    handle.remove()
+    gen_runs, gen_tokens = [], None
+    for _ in range(args.repeats):
+        counter = _StepCounter()
+        handle = lm.model.register_forward_pre_hook(counter, with_kwargs=True)
+        lm.barrier()
+        t = time.perf_counter()
+        lm.generate_until(gen, disable_tqdm=True)
+        _sync(torch)
+        gen_runs.append(time.perf_counter() - t)
+        handle.remove()
+        gen_tokens = counter.tokens  # greedy: every repeat generates the same tokens
 
-    row = {"rank": rank, "load_s": load_s, "ll_tokens": ll_tokens, "ll_s": ll_s, "gen_tokens": counter.tokens,
-           "gen_s": gen_s, "peak_after_load": after_load, "peak": _peaks(torch), "device": str(lm.device),
+    row = {"rank": rank, "load_s": load_s, "ll_tokens": ll_tokens, "ll_s": statistics.median(ll_runs),
+           "ll_s_runs": ll_runs, "gen_tokens": gen_tokens, "gen_s": statistics.median(gen_runs),
+           "gen_s_runs": gen_runs, "peak_after_load": after_load, "peak": _peaks(torch), "device": str(lm.device),
            "parallel": lm.parallel_info(), "device_map": {k: str(v) for k, v in
                                                           (getattr(lm.model, "hf_device_map", None) or {}).items()},
            "checkpoint_scheme": lm.checkpoint_scheme, "scheme": lm.scheme}
@@ -160,6 +169,7 @@ def worker_main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--backend", required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--device-map", default=None)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
@@ -203,7 +213,7 @@ def worker_command(mode: str, args, out: str, gpus: int, on_gpu: bool, device_ma
     tail = ["--mode", mode, "--checkpoint", args.checkpoint, "--scheme", args.scheme,
             "--requests", str(args.requests), "--ctx-len", str(args.ctx_len),
             "--gen-requests", str(args.gen_requests), "--gen-tokens", str(args.gen_tokens),
-            "--batch-size", str(args.batch_size), "--backend", args.backend, "--seed", str(args.seed), "--out", out]
+            "--batch-size", str(args.batch_size), "--backend", args.backend, "--seed", str(args.seed), "--repeats", str(args.repeats), "--out", out]
     if device_map:
         tail += ["--device-map", device_map]
     if mode != "data":
@@ -310,7 +320,7 @@ def run(args, device_map: str | None = None, progress=None) -> dict:
             "device": torch.cuda.get_device_name(0) if on_gpu else "cpu (dry check, not a measurement)",
             "torch": torch.__version__, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
             "requests": args.requests, "ctx_len": args.ctx_len, "gen_requests": args.gen_requests,
-            "gen_tokens": args.gen_tokens, "batch_size": args.batch_size, "backend": args.backend, "seed": args.seed,
+            "gen_tokens": args.gen_tokens, "batch_size": args.batch_size, "backend": args.backend, "seed": args.seed, "repeats": args.repeats,
             "modes": results, "speedup": speedup,
             "targets": {"data_parallel_x": ">= 1.8", "peak_over_paper": "within 10% (0.9 .. 1.1)"},
             "raw": raw}

@@ -2,6 +2,7 @@
 modes, same code path as on GPUs; no timing asserted) and the memory model."""
 
 import argparse
+import statistics
 
 import pytest
 
@@ -13,7 +14,7 @@ from harness.schemes import get_scheme
 
 def _args(ckpt, **kw):
     a = dict(checkpoint=str(ckpt), scheme=None, modes="single,model,data", gpus=2, requests=4, ctx_len=12,
-             gen_requests=2, gen_tokens=3, batch_size=2, backend="unfused", seed=0, timeout=600, report_root="reports", no_report=True)
+             gen_requests=2, gen_tokens=3, batch_size=2, backend="unfused", seed=0, repeats=2, timeout=600, report_root="reports", no_report=True)
     a.update(kw)
     return argparse.Namespace(**a)
 
@@ -34,6 +35,10 @@ def test_dry_run_all_modes_on_cpu(tmp_path):
     ranks = out["raw"][2]["ranks"]
     assert sorted(r["rank"] for r in ranks) == [0, 1] and sum(r["ll_tokens"] for r in ranks) == 4 * 16
     assert set(out["speedup"]) == {"data_loglikelihood_tok_s_x", "data_generation_tok_s_x"}
+    for m in out["raw"]:  # every phase timed `repeats` times; the median is the one reported
+        for r in m["ranks"]:
+            assert len(r["ll_s_runs"]) == len(r["gen_s_runs"]) == 2
+            assert r["ll_s"] == statistics.median(r["ll_s_runs"]) and r["gen_s"] == statistics.median(r["gen_s_runs"])
 
 
 def test_unknown_mode_refused(tmp_path):
