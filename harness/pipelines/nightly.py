@@ -101,7 +101,9 @@ SYNTH_DIR = "scratch/synth"  # in the job's checkout, removed before and after
 def _multigpu(t: Target) -> tuple:
     """Two-GPU steps (issue #16): the placement/equality suite, and the
     benchmark on synthetic real-size checkpoints: Qwen3-30B-A3B in all three
-    modes, Mixtral-8x22B (more than one H200 holds) model parallel only."""
+    modes, Mixtral-8x22B (more than one H200 holds) model parallel only; the
+    fused backend (unfused dequantizes every expert of a layer each forward: at
+    real size it ran past 160 s on a 16-generation workload)."""
     n = MULTI_GPU_COUNT
     suite = Step(f"{t.emoji} multi-GPU suite ({t.name} x{n})", f"{t.name}-multigpu-suite", t, 45,
                  ("make install", f".venv/bin/python -m pytest suites/multigpu -p no:cacheprovider "
@@ -111,7 +113,8 @@ def _multigpu(t: Target) -> tuple:
         return Step(f"{t.emoji} bench multigpu {shape} ({t.name} x{n})", f"{t.name}-multigpu-bench-{shape}", t,
                     timeout, ("make install", f"rm -rf {SYNTH_DIR}",
                               f".venv/bin/moe-harness checkpoint synth --shape {shape} --scheme nvfp4 --out {SYNTH_DIR}",
-                              f".venv/bin/moe-harness bench multigpu --checkpoint {SYNTH_DIR} --gpus {n} --modes {modes}",
+                              f".venv/bin/moe-harness bench multigpu --checkpoint {SYNTH_DIR} --gpus {n} --modes {modes} "
+                              "--backend fused",
                               f"rm -rf {SYNTH_DIR}"))
 
     return (suite, bench("qwen3-30b-a3b", "single,model,data", 120), bench("mixtral-8x22b", "model", 150))
