@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+# libgomp (torch's CPU thread pool) spins ~300k iterations before a waiting
+# thread sleeps. With the cores busy elsewhere, `moe-harness eval` of one
+# producer config at 2 threads took 140 s instead of 10 s; spinning 10k
+# iterations took 26 s there and 10 s idle. Measured on this 2-core machine,
+# 2026-11-30. Set before torch is imported; a value in the environment wins.
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 # command -> module with add_arguments(parser) and main(args) -> int
 COMMANDS = {
