@@ -287,6 +287,8 @@ def run(args, device_map: str | None = None, progress=None) -> dict:
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ValueError(f"--modes: unknown mode {bad[0]!r}; known: {', '.join(MODES)}")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats: at least one timed run per phase, got {args.repeats}")
     if on_gpu and args.gpus > torch.cuda.device_count() and any(m != "single" for m in modes):
         raise ValueError(f"--gpus {args.gpus}: only {torch.cuda.device_count()} GPU(s) visible")
     args.scheme = args.scheme or default_scheme(args.checkpoint)

@@ -46,6 +46,11 @@ def test_unknown_mode_refused(tmp_path):
         bench_multigpu.run(_args(tmp_path, modes="single,pipeline", scheme="nvfp4"))
 
 
+def test_zero_repeats_refused(tmp_path):
+    with pytest.raises(ValueError, match="--repeats: at least one timed run per phase, got 0"):
+        bench_multigpu.run(_args(tmp_path, repeats=0))
+
+
 def test_requests_are_seeded():
     assert bench_multigpu.make_requests(3, 8, 1) == bench_multigpu.make_requests(3, 8, 1)
     assert bench_multigpu.make_requests(3, 8, 1) != bench_multigpu.make_requests(3, 8, 2)
