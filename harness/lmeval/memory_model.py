@@ -25,7 +25,7 @@ expert weights of a layer, E experts, H hidden, I expert intermediate):
   the input (first) device (another 2 B each there when it is another
   device). The adapter normalises only the continuation's positions
   (MoEEmuLM.span_scores), a few rows next to these.
-The peak is weights + max(moe transient, logits on the last device).
+The peak is weights + max(moe transient, the logits term of that device).
 Attention with SDPA holds no T x T scores; hidden states (B*T*H) are small
 next to the terms above and left out: their share shows in the measured ratio.
 """
