@@ -20,7 +20,7 @@ from .registry import Variant, bind, register
 
 _DT = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 _OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
-_INTS = ("N", "K", "stride_xm", "stride_om", "stride_we", "stride_wn", "stride_me", "stride_mn")
+_INTS = ("N", "K", "stride_xm", "stride_om", "stride_we", "stride_wn", "stride_me", "stride_mn", "SPLIT_BLOCKS", "stride_os")
 
 
 def _variant(kernel, config, types, meta):

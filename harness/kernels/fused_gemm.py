@@ -405,14 +405,54 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     meta = gemm_meta(run_fw.kind, run_fw.fmt, bf16=bf16, has_post=post is not None, block_m=bm, n=fw.N, k=K,
                      interpret=interpret, config=config, cfg_kind=cfg_kind, rocm=on_rocm(),
                      w_bytes=run_fw.data.element_size())
-    grid = (block_expert.shape[0], triton_cdiv(fw.N, meta["BLOCK_N"]))
+    n_tiles = triton_cdiv(fw.N, meta["BLOCK_N"])
+    splits = meta.pop("SPLIT_K", None) or split_k(P, fw.E, n_tiles, K, bm, meta["BLOCK_K"], x.device)
+    k_blocks = triton_cdiv(K, meta["BLOCK_K"])
+    split_blocks = triton_cdiv(k_blocks, splits)
+    splits = triton_cdiv(k_blocks, split_blocks)  # no empty split
+    # Split-K partials land in [splits, P, N] and are summed in split order
+    # (torch's reduction, no atomics: the same bits every run); contract (2)
+    # bounds any summation order, so it covers the split sum too.
+    part = out if splits == 1 else torch.empty(splits, P, fw.N, dtype=torch.float32, device=x.device)
+    grid = (block_expert.shape[0], n_tiles, splits)
     dummy = out
     args = (xk, rows, block_expert, run_fw.data, mult if mult is not None else dummy,
-            post if post is not None else dummy, out, fw.N, K, xk.stride(0), out.stride(0),
+            post if post is not None else dummy, part, fw.N, K, xk.stride(0), out.stride(0),
             run_fw.data.stride(0), run_fw.data.stride(1), mult.stride(0) if mult is not None else 0,
-            mult.stride(1) if mult is not None else 0)
+            mult.stride(1) if mult is not None else 0, split_blocks, P * fw.N)
     run_kernel(_kernel(interpret), grid, args, meta, interpret)
-    return out
+    return out if splits == 1 else part.sum(0)
+
+
+# Split-K at decode sizes: a GEMM whose working programs (distinct experts x
+# N tiles) leave the SMs under-filled gets its K range split, up to
+# MAX_SPLIT_K ways, while each split keeps MIN_K_PER_SPLIT_BLOCKS BLOCK_Ks.
+# Measured on an H200 (docs/benchmarks.md, 2026-11-30): Mixtral's GEMM2 at
+# T=1 (128 programs, 56 BLOCK_Ks) runs 1.65-1.75x faster in 4 splits; a short
+# K loop (Qwen3, 3-8 BLOCK_Ks) or an already full grid only got slower split
+# (1.1-2x), the pipeline prologue and the partial sum costing more than the
+# programs gained.
+MAX_SPLIT_K = 4
+SPLIT_PROGRAMS_PER_SM = 2
+MIN_K_PER_SPLIT_BLOCKS = 8
+_SM_COUNT: dict = {}
+
+
+def split_k(P: int, E: int, n_tiles: int, K: int, block_m: int, block_k: int, device) -> int:
+    """Splits of K for one launch, from shapes alone (no host sync, so CUDA
+    graphs capture it): the working programs are at most (distinct experts
+    + P // block_m) x n_tiles; 1 on the interpreter."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 1
+    if device not in _SM_COUNT:
+        _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    working = (min(E, P) + P // block_m) * n_tiles
+    splits = 1
+    while (splits < MAX_SPLIT_K and working * splits < SPLIT_PROGRAMS_PER_SM * _SM_COUNT[device]
+           and K // (2 * splits * block_k) >= MIN_K_PER_SPLIT_BLOCKS):
+        splits *= 2
+    return splits
 
 
 def _dequantize(fw: FusedWeights, dtype: torch.dtype, mult: Optional[torch.Tensor],
@@ -424,7 +464,7 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, mult: Optional[torch.Tenso
     m = mult if mult is not None else out
     args = (out, out, out, fw.data, m, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
             fw.data.stride(0), fw.data.stride(1), m.stride(0) if mult is not None else 0,
-            m.stride(1) if mult is not None else 0)
+            m.stride(1) if mult is not None else 0, triton_cdiv(fw.K, meta["BLOCK_K"]), 0)
     run_kernel(_kernel(interpret), grid, args, meta, interpret)
     return out
 

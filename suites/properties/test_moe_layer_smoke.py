@@ -186,3 +186,62 @@ def test_fused_layer_holds_one_multiplier_set(problem):
         fused_gemm.FusedWeights.from_quantized(moe.quant_config.w13_q, moe.quant_config.w13_gscale, precisions=("fp8",))
     both = fused_gemm.FusedWeights.from_quantized(moe.quant_config.w13_q, moe.quant_config.w13_gscale)
     assert both.mult is not None and both.mult_bf16 is not None  # the default still prepares both
+
+
+def _split_k_sums_the_k_ranges(scheme, dev):
+    """Split-K (decode sizes on GPU) gives each program one K range and sums
+    the partials in split order. Two splits of K=96 at BLOCK_K=32 cover
+    [0, 64) and [64, 96): the result is bit for bit the sum of those two
+    ranges' GEMMs (each the plain launch on x with the other range zeroed,
+    which adds exact zeros), so a range skipped, counted twice or written to
+    the wrong partial shows; three splits stay within contract (2)."""
+    g = torch.Generator().manual_seed(5)
+    E, N, K_ = 3, 32, 96
+    w = (torch.randn(E, N, K_, generator=g) * 0.1).to(dev)
+    q, gs = hm.quantize_expert_weights(w, scheme)
+    fw = fused_gemm.FusedWeights.from_quantized(q, gs)
+    deq = hm.ops.dequantize_expert_weights(q, gs, backend="torch")
+    x = torch.randn(7, K_, generator=g).to(dev)
+    ids = torch.randint(0, E, (7,), generator=g).to(dev)
+    cfg = dict(BLOCK_N=16, BLOCK_K=32)
+    head, tail = x.clone(), x.clone()
+    head[:, 64:] = 0
+    tail[:, :64] = 0
+    parts = fused_gemm.moe_gemm(head, ids, fw, config=cfg) + fused_gemm.moe_gemm(tail, ids, fw, config=cfg)
+    two = fused_gemm.moe_gemm(x, ids, fw, config=dict(cfg, SPLIT_K=2))
+    assert torch.equal(two.view(torch.int32), parts.view(torch.int32))
+    assert not torch.equal(two, fused_gemm.moe_gemm(head, ids, fw, config=cfg))
+    yu = hm.experts._grouped_gemm_unfused(x, ids, deq)
+    bound = fused_gemm.gemm_error_bound(x, ids, deq)
+    for splits in (2, 3, 8):  # 8 asks more splits than BLOCK_Ks: capped at 3, none empty
+        y = fused_gemm.moe_gemm(x, ids, fw, config=dict(cfg, SPLIT_K=splits))
+        assert ((y - yu).abs().double() <= bound).all()
+
+
+@pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4"])
+def test_fused_gemm_split_k_sums_the_k_ranges(scheme):
+    _split_k_sums_the_k_ranges(scheme, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4"])
+def test_fused_gemm_split_k_sums_the_k_ranges_gpu(scheme, gpu_device):
+    _split_k_sums_the_k_ranges(scheme, gpu_device)
+
+
+def test_split_k_choice_fills_the_gpu_at_decode_only(monkeypatch):
+    """The split count comes from shapes alone (graph-capturable): GEMMs that
+    leave the SMs idle at decode are split, prefill and the interpreter never."""
+    dev = torch.device("cuda:0")
+    monkeypatch.setitem(fused_gemm._SM_COUNT, dev, 132)
+    # Mixtral GEMM2 at T=1 (2 pairs, N=4096 in 64 tiles, K=14336): 128 programs -> 2 x 132 wanted
+    assert fused_gemm.split_k(2, 8, 64, 14336, 16, 256, dev) == 4
+    # Mixtral GEMM1 at T=1 (448 tiles): already 896 programs
+    assert fused_gemm.split_k(2, 8, 448, 4096, 16, 256, dev) == 1
+    # prefill: thousands of programs
+    assert fused_gemm.split_k(8192, 8, 64, 14336, 128, 64, dev) == 1
+    # a K of one BLOCK_K cannot split
+    assert fused_gemm.split_k(2, 8, 4, 256, 16, 256, dev) == 1
+    # Qwen3-30B-A3B GEMM1 at T=1 (8 experts x 24 tiles, K = 8 BLOCK_Ks): split was slower on the H200
+    assert fused_gemm.split_k(8, 128, 24, 2048, 16, 256, dev) == 1
+    assert fused_gemm.split_k(2, 8, 64, 14336, 16, 256, "cpu") == 1
