@@ -1,0 +1,85 @@
+"""Split-K and tile sweep of the fused MoE GEMM at decode sizes (GPU).
+
+python -m tools.decode_sweep --shapes mixtral,qwen3-30b-a3b --out sweep.json
+
+Per shape, scheme (w_mxfp4_a_mxfp4, nvfp4), GEMM (w13, w2) and T (1, 16):
+one GEMM launch (precision bf16, mode fused) timed by CUDA-graph replay
+(10 launches per graph, median of 7 replays) at 1, 2 and 4 splits, at the
+split `fused_gemm.split_k` picks ("auto"), and with BLOCK_N 64 / BLOCK_K 128.
+Prints one JSON line per case; docs/benchmarks.md holds the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+import harness.moe as hm
+from harness.kernels import fused_gemm as fused
+from harness.moe import limits
+from harness.moe.bench import SHAPES
+
+
+def graph_ms(fn) -> float:
+    fn()
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(10):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return round(limits.median_cuda_ms(graph.replay, 7) / 10, 4)
+
+
+def sweep(shape: str, dev) -> list:
+    E, k, H, inter = SHAPES[shape]
+    g = torch.Generator(device=dev).manual_seed(0)
+    weights = {"w13": (torch.randn(E, 2 * inter, H, generator=g, device=dev) * H ** -0.5).to(torch.bfloat16),
+               "w2": (torch.randn(E, H, inter, generator=g, device=dev) * inter ** -0.5).to(torch.bfloat16)}
+    rows = []
+    for scheme in ("w_mxfp4_a_mxfp4", "nvfp4"):
+        for name, w in weights.items():
+            q, gs = hm.quantize_expert_weights(w, scheme)
+            fw = fused.FusedWeights.from_quantized(q, gs, precisions=("bf16",))
+            del q  # codes unpacked: only the kernel format is kept
+            for T in (1, 16):
+                ids = torch.topk(torch.randn(T, E, generator=g, device=dev), k, dim=1).indices.reshape(-1)
+                x = torch.randn(T * k, fw.K, generator=g, device=dev).to(torch.bfloat16).float()
+                layout = fused.pair_layout(ids, E)
+                a_gs = torch.tensor(300.0, device=dev)
+
+                def run(cfg):
+                    return fused._moe_gemm_impl(x, ids, fw, precision="bf16", a_gscale=a_gs, config=cfg,
+                                                mode="fused", layout=layout)
+                base = dict(fused.GPU_CONFIGS["small"])
+                auto = fused.split_k(T * k, E, -(-fw.N // base["BLOCK_N"]), fw.K, layout[2], base["BLOCK_K"], dev)
+                row = dict(shape=shape, scheme=scheme, gemm=name, T=T, N=fw.N, K=fw.K,
+                           experts=int(torch.unique(ids).numel()), auto_split=auto)
+                for splits in (1, 2, 4):
+                    row[f"s{splits}"] = graph_ms(lambda: run(dict(base, SPLIT_K=splits)))
+                row["auto"] = graph_ms(lambda: run(None))
+                row["bn64_bk128"] = graph_ms(lambda: run(dict(base, BLOCK_N=64, BLOCK_K=128, SPLIT_K=auto)))
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="mixtral,qwen3-30b-a3b")
+    p.add_argument("--out", default=None, help="also write all rows to this JSON file")
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("tools.decode_sweep needs a CUDA GPU (it times kernel launches)")
+    rows = [r for s in a.shapes.split(",") for r in sweep(s, torch.device("cuda"))]
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
