@@ -230,14 +230,14 @@ def _fmt_constexprs(kind: int, fmt: Optional[str]) -> dict:
 # (checked by fused_dequantize on the device).
 GPU_CONFIGS = {
     "small": dict(BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, FAST_DECODE=True, MULT_BCAST=True,
-                  PACK_JOIN=True),
+                  PACK_JOIN=True, BYTE_DECODE=True),
     "large": dict(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, FAST_DECODE=True, MULT_BCAST=True,
-                  PACK_JOIN=True),
+                  PACK_JOIN=True, BYTE_DECODE=True),
     # grouped GEMM over already-dequantized (bf16) weights, mode "predequant"
     "large_float": dict(BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
     # the dequant-only pass of mode "predequant"
     "dequant": dict(BLOCK_N=16, BLOCK_K=512, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
-                    PACK_JOIN=True),
+                    PACK_JOIN=True, BYTE_DECODE=True),
 }
 # ROCm with float32 operands (precision "ieee", or float32 weights): gfx942 has
 # 64 KiB of LDS per workgroup, and the H200 tiles above need 80-192 KiB there
@@ -246,9 +246,9 @@ GPU_CONFIGS = {
 # GPU_CONFIGS on ROCm (<= 32 KiB there).
 ROCM_F32_CONFIGS = {
     "small": dict(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
-                  PACK_JOIN=True),
+                  PACK_JOIN=True, BYTE_DECODE=True),
     "large": dict(BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
-                  PACK_JOIN=True),
+                  PACK_JOIN=True, BYTE_DECODE=True),
     "large_float": dict(BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=2),
 }
 # mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows
@@ -291,7 +291,7 @@ def gemm_meta(kind: int, fmt: Optional[str], *, bf16: bool, has_post: bool, bloc
     f32 = not bf16 or (kind == 0 and w_bytes == 4)
     cfg = launch_config(block_m, interpret, config, cfg_kind, rocm_f32=rocm and f32)
     if kind == 0:
-        for flag in ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN"):
+        for flag in ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE"):
             cfg.pop(flag, None)
     cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)
     return dict(KIND=kind, BF16=bf16, HAS_POST=has_post, DEQUANT_ONLY=False, BLOCK_M=block_m,
@@ -424,30 +424,32 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     return out if splits == 1 else part.sum(0)
 
 
-# Split-K at decode sizes: a GEMM whose working programs (distinct experts x
-# N tiles) leave the SMs under-filled gets its K range split, up to
-# MAX_SPLIT_K ways, while each split keeps MIN_K_PER_SPLIT_BLOCKS BLOCK_Ks.
-# Measured on an H200 (docs/benchmarks.md, 2026-11-30): Mixtral's GEMM2 at
-# T=1 (128 programs, 56 BLOCK_Ks) runs 1.65-1.75x faster in 4 splits; a short
-# K loop (Qwen3, 3-8 BLOCK_Ks) or an already full grid only got slower split
-# (1.1-2x), the pipeline prologue and the partial sum costing more than the
-# programs gained.
+# Split-K at decode sizes: a GEMM whose working programs (at least the
+# distinct experts, or P / BLOCK_M blocks, times the N tiles) leave the SMs
+# under-filled gets its K range split, up to MAX_SPLIT_K ways, while each
+# split keeps MIN_K_PER_SPLIT_BLOCKS BLOCK_Ks. Measured on an H200
+# (docs/benchmarks.md, 2026-11-30): Mixtral's GEMM2 at T=1 (128 programs, 56
+# BLOCK_Ks) runs 1.95-2.57x faster in 4 splits, at T=16 (512 programs) 1.24x
+# (nvfp4) and 0.98x (mxfp4) in 2; a short K loop (Qwen3, 3-8 BLOCK_Ks) or a
+# full grid only got slower split (1.1-2x): the pipeline prologue and the
+# partial sum cost more than the programs gained.
 MAX_SPLIT_K = 4
-SPLIT_PROGRAMS_PER_SM = 2
+SPLIT_PROGRAMS_PER_SM = 4
 MIN_K_PER_SPLIT_BLOCKS = 8
 _SM_COUNT: dict = {}
 
 
 def split_k(P: int, E: int, n_tiles: int, K: int, block_m: int, block_k: int, device) -> int:
     """Splits of K for one launch, from shapes alone (no host sync, so CUDA
-    graphs capture it): the working programs are at most (distinct experts
-    + P // block_m) x n_tiles; 1 on the interpreter."""
+    graphs capture it): the working programs are at least max(distinct
+    experts, ceil(P / block_m)) x n_tiles, distinct experts <= min(E, P); 1 on
+    the interpreter."""
     device = torch.device(device)
     if device.type != "cuda":
         return 1
     if device not in _SM_COUNT:
         _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    working = (min(E, P) + P // block_m) * n_tiles
+    working = max(min(E, P), triton_cdiv(P, block_m)) * n_tiles
     splits = 1
     while (splits < MAX_SPLIT_K and working * splits < SPLIT_PROGRAMS_PER_SM * _SM_COUNT[device]
            and K // (2 * splits * block_k) >= MIN_K_PER_SPLIT_BLOCKS):

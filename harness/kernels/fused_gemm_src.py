@@ -8,7 +8,25 @@ interpreted), like every kernel source.
 import triton
 import triton.language as tl
 
-from .triton_src import _decode
+from .triton_src import F32_BIAS, F32_MANT, F32_SIGN, _decode
+
+
+@triton.jit
+def _decode_fp4_bytes(byte, MBITS: tl.constexpr, BIAS: tl.constexpr):
+    """Packed 4-bit codes without special values (e2m1) -> float32: both
+    nibbles of int32 bytes [..., n] -> [..., n, 2] (low nibble first). The
+    FAST construction of _decode in three integer operations per element
+    instead of six: the nibble shifted to the top of the word puts its sign
+    in float32's sign bit, an arithmetic shift right moves the magnitude
+    bits into the exponent/mantissa fields (the sign smears over the bits
+    between, which the mask clears), and one exact power-of-two multiply
+    fixes the bias. Subnormal codes pass through float32 subnormals, as in
+    FAST."""
+    keep: tl.constexpr = F32_SIGN | (tl.constexpr(7) << (F32_MANT - MBITS))
+    sh: tl.constexpr = tl.constexpr(5) + MBITS  # 28 - (23 - MBITS)
+    lo = ((byte << 28) >> sh) & keep
+    hi = ((byte << 24) >> sh) & keep
+    return tl.join(lo, hi).to(tl.float32, bitcast=True) * (2.0 ** (F32_BIAS - BIAS))
 
 
 @triton.jit
@@ -29,8 +47,10 @@ def _moe_gemm_kernel(
     MULT_BCAST: tl.constexpr = True,  # load one multiplier per block and broadcast (else gather per element)
     PACK_JOIN: tl.constexpr = True,  # load fp4 bytes once and split (else shift per element)
     EVEN_NK: tl.constexpr = False,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: weight loads need no masks
+    BYTE_DECODE: tl.constexpr = False,  # e2m1 under FAST_DECODE and PACK_JOIN: _decode_fp4_bytes
 ):
     # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
+    BYTES_E2M1: tl.constexpr = BYTE_DECODE and FAST_DECODE and SPECIALS == 0 and WIDTH == 4
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     # Split-K (decode sizes: too few programs otherwise): this program's
@@ -78,14 +98,19 @@ def _moe_gemm_kernel(
                     else:
                         byte = tl.load(w_base + offs_kb[None, :],
                                        mask=nmask[:, None] & (offs_kb < K // 2)[None, :], other=0).to(tl.int32)
-                    code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BLOCK_N, BLOCK_K))
+                    if not BYTES_E2M1:
+                        code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BLOCK_N, BLOCK_K))
+                    else:
+                        val = tl.reshape(_decode_fp4_bytes(byte, MBITS, BIAS), (BLOCK_N, BLOCK_K))
                 else:
                     byte = tl.load(w_base + (offs_k // 2)[None, :], mask=wmask, other=0).to(tl.int32)
                     code = (byte >> ((offs_k % 2) * 4).to(tl.int32)[None, :]) & 0xF
             else:
                 code = tl.load(w_base + offs_k[None, :], mask=wmask, other=0).to(tl.int32)
-            # the element decoder of the emulation kernels (Inf/NaN codes, -0.0)
-            val = _decode(code, MBITS, WIDTH, BIAS, SIGN_BIT, SPECIALS, NAN_CODE, INF_CODE, MIN_NORMAL, FAST_DECODE)
+            if not (PACKED and PACK_JOIN and BYTES_E2M1):
+                # the element decoder of the emulation kernels (Inf/NaN codes, -0.0)
+                val = _decode(code, MBITS, WIDTH, BIAS, SIGN_BIT, SPECIALS, NAN_CODE, INF_CODE, MIN_NORMAL,
+                              FAST_DECODE)
             if MULT_BCAST:  # one multiplier per QBLOCK elements, broadcast over its block
                 offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
                 if EVEN_NK:

@@ -28,6 +28,8 @@ TWO_LEVEL_GS = (1.0, 2688.0 / 7.25, 3.0e35, 1.0e-30)
 # and how bytes and multipliers are loaded (MULT_BCAST, PACK_JOIN, which the
 # tuned tables set together).
 DECODE_FLAGS = [dict(FAST_DECODE=f, MULT_BCAST=m, PACK_JOIN=m) for f, m in itertools.product((False, True), repeat=2)]
+# e2m1 rows: both nibbles of a byte by shifts (BYTE_DECODE); the other rows ignore the flag
+DECODE_FLAGS.append(dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BYTE_DECODE=True))
 
 
 def _flag_id(flags):
@@ -80,7 +82,8 @@ def test_fused_gemm_picks_out_every_finite_weight(fmt):
     x = torch.eye(K).repeat(E, 1)
     ids = torch.arange(E).repeat_interleave(K)
     fw = _fused_weights(q)
-    for config in (None, dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BLOCK_N=32, BLOCK_K=64)):
+    fast = dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BLOCK_N=32, BLOCK_K=64)
+    for config in (None, fast, dict(fast, BYTE_DECODE=True)):
         y = fused_gemm.moe_gemm(x, ids, fw, precision="ieee", mode="fused", config=config).reshape(E, K, N)
         w = want.transpose(1, 2)
         nonzero = w != 0

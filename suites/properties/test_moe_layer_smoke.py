@@ -166,6 +166,12 @@ def test_fused_gemm_tiles_that_do_not_divide(scheme):
     masked = fused_gemm.moe_gemm(x, ids, fw, config=dict(BLOCK_N=16, BLOCK_K=32, EVEN_NK=False))
     assert ((even - yu).abs().double() <= bound).all()
     assert torch.equal(even.view(torch.int32), masked.view(torch.int32))
+    # the GPU tables' decode flags (e2m1 decoded from whole bytes), masked and ragged tails
+    tuned = dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BYTE_DECODE=True)
+    got = fused_gemm.moe_gemm(x, ids, fw, config=dict(BLOCK_N=16, BLOCK_K=32, EVEN_NK=False, **tuned))
+    assert torch.equal(got.view(torch.int32), masked.view(torch.int32))
+    got = fused_gemm.moe_gemm(x, ids, fw, config=dict(BLOCK_N=32, BLOCK_K=64, **tuned))
+    assert torch.equal(got.view(torch.int32), ragged.view(torch.int32))
 
 
 def test_fused_layer_holds_one_multiplier_set(problem):
@@ -238,6 +244,10 @@ def test_split_k_choice_fills_the_gpu_at_decode_only(monkeypatch):
     assert fused_gemm.split_k(2, 8, 64, 14336, 16, 256, dev) == 4
     # Mixtral GEMM1 at T=1 (448 tiles): already 896 programs
     assert fused_gemm.split_k(2, 8, 448, 4096, 16, 256, dev) == 1
+    # Mixtral GEMM2 at T=16 (32 pairs over 8 experts: 512 programs): 2 splits (nvfp4 1.24x on the H200)
+    assert fused_gemm.split_k(32, 8, 64, 14336, 16, 256, dev) == 2
+    # Mixtral GEMM1 at T=16: 3584 programs
+    assert fused_gemm.split_k(32, 8, 448, 4096, 16, 256, dev) == 1
     # prefill: thousands of programs
     assert fused_gemm.split_k(8192, 8, 64, 14336, 128, 64, dev) == 1
     # a K of one BLOCK_K cannot split
