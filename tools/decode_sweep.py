@@ -5,7 +5,9 @@ python -m tools.decode_sweep --shapes mixtral,qwen3-30b-a3b --out sweep.json
 Per shape, scheme (w_mxfp4_a_mxfp4, nvfp4), GEMM (w13, w2) and T (1, 16):
 one GEMM launch (precision bf16, mode fused) timed by CUDA-graph replay
 (10 launches per graph, median of 7 replays) at 1, 2 and 4 splits, at the
-split `fused_gemm.split_k` picks ("auto"), and with BLOCK_N 64 / BLOCK_K 128.
+split `fused_gemm.split_k` picks ("auto"), with BLOCK_N 64 / BLOCK_K 128,
+and with the e2m1 byte decode off ("no_byte_decode"); per weight tensor the
+dequant-only pass (mode predequant) with the byte decode on and off.
 Prints one JSON line per case; docs/benchmarks.md holds the figures.
 """
 from __future__ import annotations
@@ -45,6 +47,11 @@ def sweep(shape: str, dev) -> list:
             q, gs = hm.quantize_expert_weights(w, scheme)
             fw = fused.FusedWeights.from_quantized(q, gs, precisions=("bf16",))
             del q  # codes unpacked: only the kernel format is kept
+            deq = dict(shape=shape, scheme=scheme, gemm=name)
+            for label, cfg in (("dequant", None), ("dequant_no_byte_decode", dict(BYTE_DECODE=False))):
+                deq[label] = graph_ms(lambda: fused._dequantize(fw, torch.bfloat16, fw.mult_bf16, cfg))
+            rows.append(deq)
+            print(json.dumps(deq), flush=True)
             for T in (1, 16):
                 ids = torch.topk(torch.randn(T, E, generator=g, device=dev), k, dim=1).indices.reshape(-1)
                 x = torch.randn(T * k, fw.K, generator=g, device=dev).to(torch.bfloat16).float()
@@ -62,6 +69,7 @@ def sweep(shape: str, dev) -> list:
                     row[f"s{splits}"] = graph_ms(lambda: run(dict(base, SPLIT_K=splits)))
                 row["auto"] = graph_ms(lambda: run(None))
                 row["bn64_bk128"] = graph_ms(lambda: run(dict(base, BLOCK_N=64, BLOCK_K=128, SPLIT_K=auto)))
+                row["no_byte_decode"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto, BYTE_DECODE=False)))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
