@@ -12,7 +12,9 @@ Contract (what the suites test):
    bitwise for every format row, element code and scale byte
    (suites/properties/test_kernels_fused_gemm.py, Triton interpreter; the
    GPU suite checks it on the device). FAST_DECODE (the tuned tables' choice)
-   relies on float32 denormals for subnormal codes.
+   relies on float32 denormals for subnormal codes; BYTE_DECODE builds the
+   same bits for packed e2m1 from whole bytes (three integer operations per
+   element instead of six), under the same tests.
 
 2. The GEMM is NOT bitwise equal to the unfused torch.matmul path: `tl.dot`
    sums in its own order (tensor-core fragments on GPU, numpy matmul per tile
@@ -406,13 +408,19 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
                      interpret=interpret, config=config, cfg_kind=cfg_kind, rocm=on_rocm(),
                      w_bytes=run_fw.data.element_size())
     n_tiles = triton_cdiv(fw.N, meta["BLOCK_N"])
-    splits = meta.pop("SPLIT_K", None) or split_k(P, fw.E, n_tiles, K, bm, meta["BLOCK_K"], x.device)
+    splits = meta.pop("SPLIT_K", None)  # a tuning override; else from the shapes
+    if splits is None:
+        splits = split_k(P, fw.E, n_tiles, K, bm, meta["BLOCK_K"], x.device)
+    elif not isinstance(splits, int) or splits < 1:
+        raise ValueError(f"launch config SPLIT_K must be an int >= 1, got {splits!r}")
     k_blocks = triton_cdiv(K, meta["BLOCK_K"])
     split_blocks = triton_cdiv(k_blocks, splits)
     splits = triton_cdiv(k_blocks, split_blocks)  # no empty split
     # Split-K partials land in [splits, P, N] and are summed in split order
     # (torch's reduction, no atomics: the same bits every run); contract (2)
-    # bounds any summation order, so it covers the split sum too.
+    # bounds any summation order, so it covers the split sum too. HAS_POST
+    # scales each partial: one rounding per split, inside c_prec (2^-7) of
+    # the two-level rows that have a post factor.
     part = out if splits == 1 else torch.empty(splits, P, fw.N, dtype=torch.float32, device=x.device)
     grid = (block_expert.shape[0], n_tiles, splits)
     dummy = out

@@ -2,7 +2,9 @@
 
 Host code, launch tables and the numerics contract: fused_gemm.py. Weight
 codes are decoded by triton_src's `_decode`, the element decoder every
-kernel shares. Loaded twice by harness.kernels.loader (compiled and
+kernel shares, except packed e2m1 under BYTE_DECODE (the GPU tables' choice):
+`_decode_fp4_bytes` below builds the same FAST bits from whole bytes, held
+bit-equal to the reference by the same exhaustive tests. Loaded twice by harness.kernels.loader (compiled and
 interpreted), like every kernel source.
 """
 import triton

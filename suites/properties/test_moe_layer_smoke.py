@@ -222,6 +222,8 @@ def _split_k_sums_the_k_ranges(scheme, dev):
     for splits in (2, 3, 8):  # 8 asks more splits than BLOCK_Ks: capped at 3, none empty
         y = fused_gemm.moe_gemm(x, ids, fw, config=dict(cfg, SPLIT_K=splits))
         assert ((y - yu).abs().double() <= bound).all()
+    with pytest.raises(ValueError, match="SPLIT_K must be an int >= 1, got 0"):
+        fused_gemm.moe_gemm(x, ids, fw, config=dict(cfg, SPLIT_K=0))
 
 
 @pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4"])
