@@ -12,7 +12,7 @@ import torch
 
 from harness.moe.bench import _time as _bench_time
 
-FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN")
+FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE")
 TILES = {
     "large": [(128, 64, 8, 3), (128, 128, 8, 3), (256, 64, 8, 3), (128, 64, 4, 4), (256, 128, 8, 3)],
     "small": [(64, 128, 4, 3), (128, 128, 4, 3), (64, 256, 4, 3), (32, 256, 4, 4), (128, 64, 4, 4)],
@@ -77,8 +77,10 @@ def tune(dev, fast_decode_ok: bool = True) -> dict:
         res[f"{cls}.cublas_bf16"] = _ms(cublas)
         res[f"{cls}.triton_bf16_weights"] = _ms(lambda: fused.moe_gemm(x, ids, fw_bf16, precision="bf16", config=base))
         flag_ms = {}
-        for combo in itertools.product((False, True), repeat=3):
+        for combo in itertools.product((False, True), repeat=len(FLAGS)):
             if combo[0] and not fast_decode_ok:
+                continue
+            if combo[3] and not (combo[0] and combo[2]):  # BYTE_DECODE acts only with FAST_DECODE and PACK_JOIN
                 continue
             cfg = dict(base, **dict(zip(FLAGS, combo)))
             try:
