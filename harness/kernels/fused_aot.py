@@ -32,7 +32,7 @@ def _variant(kernel, config, types, meta):
 
 def _gemm_types(x_dt, w_dt):
     return dict(x_ptr=ptr(x_dt), rows_ptr="*i64", block_expert_ptr="*i32", w_ptr=ptr(w_dt), mult_ptr="*fp32",
-                post_ptr="*fp32", out_ptr="*fp32", **{n: "i32" for n in _INTS})
+                post_ptr="*fp32", gs_ptr="*fp32", out_ptr="*fp32", **{n: "i32" for n in _INTS})
 
 
 def weight_formats():
@@ -59,7 +59,7 @@ def gemm_variants(backend: str):
                     if bm == fused_gemm.BLOCK_MS[0]:
                         meta = fused_gemm.dequant_meta(1, fmt, n=0, k=0, interpret=False, config={"EVEN_NK": even})
                         types = dict(_gemm_types(x_dt, torch.uint8), x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt),
-                                     block_expert_ptr=ptr(x_dt), post_ptr=ptr(x_dt), out_ptr=ptr(x_dt))
+                                     block_expert_ptr=ptr(x_dt), post_ptr=ptr(x_dt), gs_ptr=ptr(x_dt), out_ptr=ptr(x_dt))
                         yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)
                     kind = "large_float" if bm >= 64 else "small"
                     meta = fused_gemm.gemm_meta(0, None, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,

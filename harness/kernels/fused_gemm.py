@@ -380,7 +380,13 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     if fw.kind == 1 and mult is None:
         raise ValueError(f"{fw.fmt} fused weights hold no multipliers for precision {precision!r}: prepare them "
                          f"with FusedWeights.from_quantized(..., precisions=(..., {precision!r}))")
+    if bf16 and interpret:
+        # The Triton interpreter's dot on bf16 operands returns garbage (one-hot
+        # rows gave 7.9e8 for weights of 0.06, triton 3.9); bf16 is a GPU path.
+        raise ValueError("fused GEMM precision 'bf16' needs a CUDA/ROCm device: the Triton interpreter (CPU) does not "
+                         "compute bf16 dots correctly; use precision 'ieee' (what 'auto' picks on CPU)")
     xk = x.to(torch.float32)
+    g = None
     if bf16 and post is not None:  # nvfp4: x * gs_a is exactly e2m1 * s in bf16
         if a_gscale is None:
             raise ValueError("nvfp4 fused GEMM in bf16 needs a_gscale")
@@ -391,7 +397,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
             from . import fused_act
 
             xk = fused_act.scale_to_bf16(xk, g)
-        post = post * (1.0 / g)
+        # the kernel applies post[e] * fl(1 / g) after the dot (no host launches)
     elif bf16:
         xk = xk.to(torch.bfloat16)
     xk = xk.contiguous()
@@ -425,7 +431,8 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     grid = (block_expert.shape[0], n_tiles, splits)
     dummy = out
     args = (xk, rows, block_expert, run_fw.data, mult if mult is not None else dummy,
-            post if post is not None else dummy, part, fw.N, K, xk.stride(0), out.stride(0),
+            post if post is not None else dummy, g.reshape(1) if g is not None else dummy, part, fw.N, K,
+            xk.stride(0), out.stride(0),
             run_fw.data.stride(0), run_fw.data.stride(1), mult.stride(0) if mult is not None else 0,
             mult.stride(1) if mult is not None else 0, split_blocks, P * fw.N)
     run_kernel(_kernel(interpret), grid, args, meta, interpret)
@@ -472,7 +479,7 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, mult: Optional[torch.Tenso
     meta = dequant_meta(fw.kind, fw.fmt, n=fw.N, k=fw.K, interpret=interpret, config=config)
     grid = (fw.E, triton_cdiv(fw.N, meta["BLOCK_N"]))
     m = mult if mult is not None else out
-    args = (out, out, out, fw.data, m, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
+    args = (out, out, out, fw.data, m, out, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
             fw.data.stride(0), fw.data.stride(1), m.stride(0) if mult is not None else 0,
             m.stride(1) if mult is not None else 0, triton_cdiv(fw.K, meta["BLOCK_K"]), 0)
     run_kernel(_kernel(interpret), grid, args, meta, interpret)

@@ -33,7 +33,7 @@ def _decode_fp4_bytes(byte, MBITS: tl.constexpr, BIAS: tl.constexpr):
 
 @triton.jit
 def _moe_gemm_kernel(
-    x_ptr, rows_ptr, block_expert_ptr, w_ptr, mult_ptr, post_ptr, out_ptr,
+    x_ptr, rows_ptr, block_expert_ptr, w_ptr, mult_ptr, post_ptr, gs_ptr, out_ptr,
     N, K, stride_xm, stride_om,
     stride_we, stride_wn, stride_me, stride_mn,
     SPLIT_BLOCKS, stride_os,  # split-K: program_id(2) sums BLOCK_Ks [pid*SPLIT_BLOCKS, +SPLIT_BLOCKS) into out + pid*stride_os
@@ -138,7 +138,7 @@ def _moe_gemm_kernel(
             else:
                 acc = tl.dot(a, tl.trans(wv), acc, input_precision="ieee")
     if not DEQUANT_ONLY:
-        if HAS_POST:
-            acc = acc * tl.load(post_ptr + e)
+        if HAS_POST:  # nvfp4 in bf16: 1/(gs_w[e] gs_a) as fl(post[e] * fl(1 / gs_a)), post = 1/gs_w
+            acc = acc * (tl.load(post_ptr + e) * tl.math.div_rn(1.0, tl.load(gs_ptr)))
         tl.store(out_ptr + pid_k.to(tl.int64) * stride_os + rows_safe[:, None] * stride_om + offs_n[None, :], acc,
                  mask=rmask[:, None] & nmask[None, :])

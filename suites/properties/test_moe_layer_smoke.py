@@ -257,3 +257,40 @@ def test_split_k_choice_fills_the_gpu_at_decode_only(monkeypatch):
     # Qwen3-30B-A3B GEMM1 at T=1 (8 experts x 24 tiles, K = 8 BLOCK_Ks): split was slower on the H200
     assert fused_gemm.split_k(8, 128, 24, 2048, 16, 256, dev) == 1
     assert fused_gemm.split_k(2, 8, 64, 14336, 16, 256, "cpu") == 1
+
+
+def _nvfp4_bf16_post_factor(dev):
+    """nvfp4 in precision "bf16": the kernel scales each dot by post[e] *
+    fl(1 / gs_a) (post = 1/gs_w), the exact float32 ops the host did before.
+    One-hot rows pick single weights: x * gs_a = 3 in bf16, 3 * e2m1 * s is
+    exact, so every output is fl(3 e2m1 s * fl(post[e] * fl(1/3)))."""
+    g = torch.Generator().manual_seed(11)
+    E, N, K_ = 2, 16, 64
+    w = (torch.randn(E, N, K_, generator=g) * 0.1).to(dev)
+    q, gs = hm.quantize_expert_weights(w, "nvfp4")
+    fw = fused_gemm.FusedWeights.from_quantized(q, gs, precisions=("bf16",))
+    ws = hf.dequantize(hf.QuantizedTensor(q.codes, q.scales, torch.ones_like(gs).reshape(E, 1), "nvfp4"))  # e2m1 * s
+    a_gs = torch.tensor(3.0, device=dev)
+    x = torch.eye(K_, device=dev).repeat(E, 1)
+    ids = torch.arange(E, device=dev).repeat_interleave(K_)
+    y = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused").reshape(E, K_, N)
+    factor = fw.post_bf16 * (1.0 / a_gs)  # fl(post[e] * fl(1/3))
+    want = (3.0 * ws.transpose(1, 2)) * factor.reshape(E, 1, 1)
+    assert torch.equal(y, want)
+
+
+def test_bf16_precision_is_refused_on_the_interpreter():
+    """The Triton interpreter computes bf16 dots wrongly (one-hot rows gave
+    7.9e8 for weights of 0.06): precision "bf16" on CPU is an error, never a
+    silently wrong GEMM; "auto" picks "ieee" there."""
+    q, gs = hm.quantize_expert_weights(torch.randn(2, 16, 64) * 0.1, "w_mxfp4_a_mxfp4")
+    fw = fused_gemm.FusedWeights.from_quantized(q, gs)
+    x, ids = torch.randn(4, 64), torch.tensor([0, 1, 1, 0])
+    with pytest.raises(ValueError, match="precision 'bf16' needs a CUDA/ROCm device"):
+        fused_gemm.moe_gemm(x, ids, fw, precision="bf16")
+    assert fused_gemm.resolve_precision("auto", hm.get_scheme("w_mxfp4_a_mxfp4"), "cpu") == "ieee"
+
+
+@pytest.mark.gpu
+def test_nvfp4_bf16_post_factor_in_kernel_gpu(gpu_device):
+    _nvfp4_bf16_post_factor(gpu_device)
