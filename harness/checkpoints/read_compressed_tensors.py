@@ -18,7 +18,7 @@ import harness.formats as hf
 from harness.schemes import get_scheme
 
 from .errors import CheckpointFormatError
-from .stacking import cat_w13, expert_ids, fetch, pair, scalars, stack
+from .stacking import collect, fetch, stacked
 
 FORMAT = "compressed-tensors"
 # compressed-tensors "format" -> (harness weight format, harness scheme, block size, scale dtype name)
@@ -66,28 +66,21 @@ def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
     nvfp4 = row.two_level  # a per-tensor global scale beside the block scales
     blk = row.weight_spec.block_size
     sdt = torch.float8_e4m3fn if nvfp4 else torch.uint8
-    ids = expert_ids(files, block, experts)
-    got: dict = {}
-    for proj in ("gate", "up", "down"):
-        for e in ids:
-            w = fetch(files, block, experts, e, proj, "weight_packed", dtype=torch.uint8)
-            n, k2 = w.shape
-            got.setdefault((proj, "w"), []).append(w)
-            got.setdefault((proj, "s"), []).append(
-                fetch(files, block, experts, e, proj, "weight_scale", dtype=sdt, shape=(n, 2 * k2 // blk)))
-            if nvfp4:
-                got.setdefault((proj, "g"), []).append(
-                    fetch(files, block, experts, e, proj, "weight_global_scale", dtype=torch.float32, shape=(1,)))
-                got.setdefault((proj, "a"), []).append(
-                    fetch(files, block, experts, e, proj, "input_global_scale", dtype=torch.float32, shape=(1,)))
-    out = {"w13_weight_packed": cat_w13(got["gate", "w"], got["up", "w"]), "w2_weight_packed": stack(got["down", "w"]),
-           "w13_weight_scale": cat_w13(got["gate", "s"], got["up", "s"]), "w2_weight_scale": stack(got["down", "s"])}
-    if nvfp4:
-        out["w13_weight_global_scale"] = pair(got["gate", "g"], got["up", "g"])
-        out["w2_weight_global_scale"] = scalars(got["down", "g"])
-        out["w13_input_global_scale"] = pair(got["gate", "a"], got["up", "a"])
-        out["w2_input_global_scale"] = scalars(got["down", "a"])
-    return out
+
+    def one(e, proj):
+        w = fetch(files, block, experts, e, proj, "weight_packed", dtype=torch.uint8)
+        n, k2 = w.shape
+        t = {"w": w, "s": fetch(files, block, experts, e, proj, "weight_scale", dtype=sdt, shape=(n, 2 * k2 // blk))}
+        if nvfp4:
+            for key, suffix in (("g", "weight_global_scale"), ("a", "input_global_scale")):
+                t[key] = fetch(files, block, experts, e, proj, suffix, dtype=torch.float32, shape=(1,))
+        return t
+
+    per_tensor = {"g": ("w13_weight_global_scale", "w2_weight_global_scale"),
+                  "a": ("w13_input_global_scale", "w2_input_global_scale")} if nvfp4 else None
+    return stacked(collect(files, block, experts, one),
+                   {"w": ("w13_weight_packed", "w2_weight_packed"), "s": ("w13_weight_scale", "w2_weight_scale")},
+                   per_tensor)
 
 
 def quant_config(tensors: dict, hscheme: str):

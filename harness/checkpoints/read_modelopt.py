@@ -15,7 +15,7 @@ import torch
 from harness.schemes import NVFP4
 
 from .errors import CheckpointFormatError
-from .stacking import cat_w13, expert_ids, fetch, pair, scalars, stack
+from .stacking import collect, fetch, stacked
 
 FORMAT = "modelopt"
 
@@ -40,24 +40,17 @@ def scheme(files) -> str:
 
 
 def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
-    ids = expert_ids(files, block, experts)
-    got: dict = {}
-    for proj in ("gate", "up", "down"):
-        for e in ids:
-            w = fetch(files, block, experts, e, proj, "weight", dtype=torch.uint8)
-            n, k2 = w.shape
-            got.setdefault((proj, "w"), []).append(w)
-            got.setdefault((proj, "s"), []).append(
-                fetch(files, block, experts, e, proj, "weight_scale", dtype=torch.float8_e4m3fn, shape=(n, k2 // 8)))
-            got.setdefault((proj, "s2"), []).append(
-                fetch(files, block, experts, e, proj, "weight_scale_2", dtype=torch.float32, shape=()))
-            got.setdefault((proj, "a"), []).append(
-                fetch(files, block, experts, e, proj, "input_scale", dtype=torch.float32, shape=()))
-    return {"w13_weight": cat_w13(got["gate", "w"], got["up", "w"]), "w2_weight": stack(got["down", "w"]),
-            "w13_weight_scale": cat_w13(got["gate", "s"], got["up", "s"]), "w2_weight_scale": stack(got["down", "s"]),
-            "w13_weight_scale_2": pair(got["gate", "s2"], got["up", "s2"]),
-            "w2_weight_scale_2": scalars(got["down", "s2"]),
-            "w13_input_scale": pair(got["gate", "a"], got["up", "a"]), "w2_input_scale": scalars(got["down", "a"])}
+    def one(e, proj):
+        w = fetch(files, block, experts, e, proj, "weight", dtype=torch.uint8)
+        n, k2 = w.shape
+        return {"w": w,
+                "s": fetch(files, block, experts, e, proj, "weight_scale", dtype=torch.float8_e4m3fn, shape=(n, k2 // 8)),
+                "s2": fetch(files, block, experts, e, proj, "weight_scale_2", dtype=torch.float32, shape=()),
+                "a": fetch(files, block, experts, e, proj, "input_scale", dtype=torch.float32, shape=())}
+
+    return stacked(collect(files, block, experts, one),
+                   {"w": ("w13_weight", "w2_weight"), "s": ("w13_weight_scale", "w2_weight_scale")},
+                   {"s2": ("w13_weight_scale_2", "w2_weight_scale_2"), "a": ("w13_input_scale", "w2_input_scale")})
 
 
 def quant_config(tensors: dict, hscheme: str):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .errors import CheckpointFormatError
-from .stacking import cat_w13, expert_ids, fetch, stack
+from .stacking import collect, fetch, stacked
 
 FORMAT = "quark"
 # quark weight dtype -> (harness weight format, harness scheme, activation dtype or None)
@@ -77,16 +77,14 @@ def scheme(files) -> str:
 
 def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
     wfmt = weight_format(files)
-    ids = expert_ids(files, block, experts)
-    got: dict = {}
-    for proj in ("gate", "up", "down"):
-        for e in ids:
-            s = fetch(files, block, experts, e, proj, "weight_scale", dtype=torch.uint8)
-            w = fetch(files, block, experts, e, proj, "weight")
-            got.setdefault((proj, "w"), []).append(_unpack(files, block, e, proj, w, s, wfmt))
-            got.setdefault((proj, "s"), []).append(s)
-    return {"w13_weight": cat_w13(got["gate", "w"], got["up", "w"]), "w2_weight": stack(got["down", "w"]),
-            "w13_weight_scale": cat_w13(got["gate", "s"], got["up", "s"]), "w2_weight_scale": stack(got["down", "s"])}
+
+    def one(e, proj):
+        s = fetch(files, block, experts, e, proj, "weight_scale", dtype=torch.uint8)
+        w = fetch(files, block, experts, e, proj, "weight")
+        return {"w": _unpack(files, block, e, proj, w, s, wfmt), "s": s}
+
+    return stacked(collect(files, block, experts, one),
+                   {"w": ("w13_weight", "w2_weight"), "s": ("w13_weight_scale", "w2_weight_scale")})
 
 
 def _unpack(files, block, e, proj, w, s, wfmt):

@@ -33,6 +33,34 @@ def expert_ids(files: CheckpointFiles, block: str, experts: dict) -> list[int]:
     return ids
 
 
+PROJS = ("gate", "up", "down")
+
+
+def collect(files: CheckpointFiles, block: str, experts: dict, per_expert) -> dict:
+    """{(proj, key): [tensor of expert 0, 1, ...]} over gate, up and down:
+    `per_expert(e, proj)` returns one expert projection's {key: tensor}, fetched
+    (and checked) the way its format says."""
+    got: dict = {}
+    for proj in PROJS:
+        for e in expert_ids(files, block, experts):
+            for key, t in per_expert(e, proj).items():
+                got.setdefault((proj, key), []).append(t)
+    return got
+
+
+def stacked(got: dict, blocks: dict, per_tensor: dict = None) -> dict:
+    """The loader's tensors from `collect`'s lists. blocks: {key: (w13 name,
+    w2 name)} of per-row tensors (weights, block scales): gate rows then up
+    rows, and down stacked; per_tensor: {key: (w13 name, w2 name)} of
+    per-expert scalars: [E, 2] (gate, up) and [E]."""
+    out = {}
+    for key, (w13, w2) in blocks.items():
+        out[w13], out[w2] = cat_w13(got["gate", key], got["up", key]), stack(got["down", key])
+    for key, (w13, w2) in (per_tensor or {}).items():
+        out[w13], out[w2] = pair(got["gate", key], got["up", key]), scalars(got["down", key])
+    return out
+
+
 def cat_w13(gate: list, up: list) -> torch.Tensor:
     """[E, 2I, ...]: each expert's gate rows, then its up rows."""
     return torch.stack([torch.cat([g, u], dim=0) for g, u in zip(gate, up)])
