@@ -80,6 +80,9 @@ def main() -> int:
     p.add_argument("--shapes", default="mixtral,qwen3-30b-a3b")
     p.add_argument("--out", default=None, help="also write all rows to this JSON file")
     a = p.parse_args()
+    unknown = [s for s in a.shapes.split(",") if s not in SHAPES]
+    if unknown:
+        raise SystemExit(f"tools.decode_sweep: --shapes {','.join(unknown)} unknown; choose from {', '.join(SHAPES)}")
     if not torch.cuda.is_available():
         raise SystemExit("tools.decode_sweep needs a CUDA GPU (it times kernel launches)")
     rows = [r for s in a.shapes.split(",") for r in sweep(s, torch.device("cuda"))]

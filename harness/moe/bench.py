@@ -101,6 +101,14 @@ def run(args) -> dict:
     from .schemes import get_scheme
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    unknown = [s for s in str(args.shapes).split(",") if s and s not in SHAPES]
+    if unknown:
+        raise SystemExit(f"bench moe: --shapes {','.join(unknown)} unknown; choose from {', '.join(SHAPES)}")
+    if args.precision not in _fused.PRECISIONS:
+        raise SystemExit(f"bench moe: --precision {args.precision!r} unknown; choose from {', '.join(_fused.PRECISIONS)}")
+    if args.precision == "bf16" and device.type != "cuda":
+        raise SystemExit(f"bench moe: --precision bf16 needs a GPU (device here: {device.type}); the Triton "
+                         "interpreter computes bf16 dots wrongly, use auto or ieee")
     tokens = [int(t) for t in str(args.tokens).split(",") if t]
     schemes = [s for s in str(args.schemes).split(",") if s]
     lim = limits.measure(device)

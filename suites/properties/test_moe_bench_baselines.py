@@ -42,3 +42,23 @@ def test_routed_experts_counts_distinct_choices():
     lg = torch.tensor([[5.0, 4.0, 0.0, 0.0], [0.0, 5.0, 4.0, 0.0], [5.0, 0.0, 4.0, 0.0]])
     assert limits.routed_experts(lg, 2) == 3
     assert limits.routed_experts(lg[:1], 2) == 2
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("precision", "bf16", "--precision bf16 needs a GPU"),
+    ("precision", "fp8", "--precision 'fp8' unknown"),
+    ("shapes", "tiny,nope", "--shapes nope unknown"),
+])
+def test_bench_moe_refuses_bad_arguments_in_one_line(flag, value, message):
+    """Before any weights are built: a shape it does not know, a precision
+    that does not exist, or bf16 on the CPU (the interpreter's bf16 dot is
+    wrong) is one line naming the flag, not a traceback or a wrong table."""
+    import argparse
+
+    from harness.moe import bench
+
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    args = p.parse_args(["--shapes", "tiny", "--tokens", "1", "--device", "cpu", f"--{flag}", value, "--no-report"])
+    with pytest.raises(SystemExit, match=message):
+        bench.run(args)
