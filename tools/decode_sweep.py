@@ -6,8 +6,9 @@ Per shape, scheme (w_mxfp4_a_mxfp4, nvfp4), GEMM (w13, w2) and T (1, 16):
 one GEMM launch (precision bf16, mode fused) timed by CUDA-graph replay
 (10 launches per graph, median of 7 replays) at 1, 2 and 4 splits, at the
 split `fused_gemm.split_k` picks ("auto"), with BLOCK_N 64 / BLOCK_K 128,
-and with the e2m1 byte decode off ("no_byte_decode"); per weight tensor the
-dequant-only pass (mode predequant) with the byte decode on and off.
+with the bf16 decode off ("no_bf16_decode") and the byte decode off too
+("no_byte_decode"); per weight tensor the dequant-only pass (mode
+predequant) with the same decodes.
 Prints one JSON line per case; docs/benchmarks.md holds the figures.
 """
 from __future__ import annotations
@@ -48,7 +49,8 @@ def sweep(shape: str, dev) -> list:
             fw = fused.FusedWeights.from_quantized(q, gs, precisions=("bf16",))
             del q  # codes unpacked: only the kernel format is kept
             deq = dict(shape=shape, scheme=scheme, gemm=name)
-            for label, cfg in (("dequant", None), ("dequant_no_byte_decode", dict(BYTE_DECODE=False))):
+            for label, cfg in (("dequant", None), ("dequant_no_bf16_decode", dict(BF16_DECODE=False)),
+                               ("dequant_no_byte_decode", dict(BYTE_DECODE=False, BF16_DECODE=False))):
                 deq[label] = graph_ms(lambda: fused._dequantize(fw, torch.bfloat16, fw.mult_bf16, cfg))
             rows.append(deq)
             print(json.dumps(deq), flush=True)
@@ -69,7 +71,9 @@ def sweep(shape: str, dev) -> list:
                     row[f"s{splits}"] = graph_ms(lambda: run(dict(base, SPLIT_K=splits)))
                 row["auto"] = graph_ms(lambda: run(None))
                 row["bn64_bk128"] = graph_ms(lambda: run(dict(base, BLOCK_N=64, BLOCK_K=128, SPLIT_K=auto)))
-                row["no_byte_decode"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto, BYTE_DECODE=False)))
+                row["no_bf16_decode"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto, BF16_DECODE=False)))
+                row["no_byte_decode"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto, BYTE_DECODE=False,
+                                                                  BF16_DECODE=False)))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows

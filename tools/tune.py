@@ -12,7 +12,7 @@ import torch
 
 from harness.moe.bench import _time as _bench_time
 
-FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE")
+FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE", "BF16_DECODE")
 TILES = {
     "large": [(128, 64, 8, 3), (128, 128, 8, 3), (256, 64, 8, 3), (128, 64, 4, 4), (256, 128, 8, 3)],
     "small": [(64, 128, 4, 3), (128, 128, 4, 3), (64, 256, 4, 3), (32, 256, 4, 4), (128, 64, 4, 4)],
@@ -81,6 +81,8 @@ def tune(dev, fast_decode_ok: bool = True) -> dict:
             if combo[0] and not fast_decode_ok:
                 continue
             if combo[3] and not (combo[0] and combo[2]):  # BYTE_DECODE acts only with FAST_DECODE and PACK_JOIN
+                continue
+            if combo[4] and not (combo[3] and combo[1]):  # BF16_DECODE acts only with BYTE_DECODE and MULT_BCAST
                 continue
             cfg = dict(base, **dict(zip(FLAGS, combo)))
             try:

@@ -20,7 +20,8 @@ from .registry import Variant, bind, register
 
 _DT = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 _OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
-_INTS = ("N", "K", "stride_xm", "stride_om", "stride_we", "stride_wn", "stride_me", "stride_mn", "SPLIT_BLOCKS", "stride_os")
+_INTS = ("N", "K", "stride_xm", "stride_om", "stride_we", "stride_wn", "stride_me", "stride_mn", "SPLIT_BLOCKS", "stride_os",
+         "x_row_div")
 
 
 def _variant(kernel, config, types, meta):
@@ -55,9 +56,16 @@ def gemm_variants(backend: str):
                     meta = fused_gemm.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
                                            config={"EVEN_NK": even}, rocm=rocm)
                     yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, torch.uint8), meta)
+                    if bm < 64 and not (rocm and not bf16):  # a short K loop (gemm_meta's choice below SHORT_K_MAX)
+                        meta = fused_gemm.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0,
+                                                    k=fused_gemm.SHORT_K_MAX, interpret=False,
+                                                    config={"EVEN_NK": even}, rocm=rocm)
+                        yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.shortk", _gemm_types(x_dt, torch.uint8),
+                                       meta)
                     # mode "predequant": the dequant-only pass, then the GEMM on the float scratch
                     if bm == fused_gemm.BLOCK_MS[0]:
-                        meta = fused_gemm.dequant_meta(1, fmt, n=0, k=0, interpret=False, config={"EVEN_NK": even})
+                        meta = fused_gemm.dequant_meta(1, fmt, n=0, k=0, interpret=False, config={"EVEN_NK": even},
+                                                       bf16_out=bf16)
                         types = dict(_gemm_types(x_dt, torch.uint8), x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt),
                                      block_expert_ptr=ptr(x_dt), post_ptr=ptr(x_dt), gs_ptr=ptr(x_dt), out_ptr=ptr(x_dt))
                         yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)

@@ -14,7 +14,14 @@ Contract (what the suites test):
    GPU suite checks it on the device). FAST_DECODE (the tuned tables' choice)
    relies on float32 denormals for subnormal codes; BYTE_DECODE builds the
    same bits for packed e2m1 from whole bytes (three integer operations per
-   element instead of six), under the same tests.
+   element instead of six), under the same tests. BF16_DECODE (GPU only: the
+   interpreter's bf16 arithmetic is wrong) builds packed e2m1 as bf16, two
+   codes per 32-bit operation, and scales in bf16 -- exact wherever it acts,
+   in launches with bf16 operands: e2m1 x 2^k and e2m1 x E4M3 s (precision
+   "bf16" keeps nvfp4's raw s) need at most 6 significant bits of bf16's 8,
+   so each product is rounded once, as the float32 decode's conversion to
+   bf16 rounds it; the GPU suite holds it bitwise equal to the reference for
+   every code and scale byte.
 
 2. The GEMM is NOT bitwise equal to the unfused torch.matmul path: `tl.dot`
    sums in its own order (tensor-core fragments on GPU, numpy matmul per tile
@@ -226,18 +233,28 @@ def _fmt_constexprs(kind: int, fmt: Optional[str]) -> dict:
     return dict(PACKED=spec.is_fp4, QBLOCK=spec.block_size, **{k: el[k] for k in _ELEMENT_KEYS})
 
 
+# Launch flags of the weight decode (the tables' choice; kernel docs in fused_gemm_src.py).
+# BF16_DECODE acts only in launches with bf16 operands/output (gemm_meta and
+# dequant_meta drop it elsewhere): there every multiplier is exact in bf16.
+DECODE_FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE", "BF16_DECODE")
 # GPU launch configurations by BLOCK_M class (tuned on an H200, see docs/benchmarks.md;
 # `python -m tools.tune` re-measures). The flags never change results
 # bitwise except FAST_DECODE, which is exact where denormals are preserved
 # (checked by fused_dequantize on the device).
 GPU_CONFIGS = {
     "small": dict(BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, FAST_DECODE=True, MULT_BCAST=True,
-                  PACK_JOIN=True, BYTE_DECODE=True),
+                  PACK_JOIN=True, BYTE_DECODE=True, BF16_DECODE=True),
     "large": dict(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, FAST_DECODE=True, MULT_BCAST=True,
-                  PACK_JOIN=True, BYTE_DECODE=True),
+                  PACK_JOIN=True, BYTE_DECODE=True, BF16_DECODE=True),
+    # "small" for a short K loop (K <= SHORT_K_MAX: Qwen3's GEMM2, K = 768): BLOCK_K
+    # 256 leaves 3 iterations there; 128 ran its T=1 / T=16 GEMM 1.29x / 1.08x
+    # faster on an H200 (docs/benchmarks.md, 2026-11-30)
+    "small_short_k": dict(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3, FAST_DECODE=True, MULT_BCAST=True,
+                          PACK_JOIN=True, BYTE_DECODE=True, BF16_DECODE=True),
     # grouped GEMM over already-dequantized (bf16) weights, mode "predequant"
     "large_float": dict(BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
-    # the dequant-only pass of mode "predequant"
+    # the dequant-only pass of mode "predequant" (BF16_DECODE off: its bf16
+    # scratch pass ran 1.01-1.11x slower with it on an H200)
     "dequant": dict(BLOCK_N=16, BLOCK_K=512, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
                     PACK_JOIN=True, BYTE_DECODE=True),
 }
@@ -253,8 +270,13 @@ ROCM_F32_CONFIGS = {
                   PACK_JOIN=True, BYTE_DECODE=True),
     "large_float": dict(BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=2),
 }
-# mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows
-PREDEQUANT_MIN_ROWS_PER_EXPERT = 128
+SHORT_K_MAX = 1024
+# mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows.
+# Measured on an H200 (docs/benchmarks.md, 2026-11-30): fused was 1.1-1.5x
+# faster at 128 and 256 rows per expert (Qwen3 T=2048 / 4096, Mixtral
+# T=1024), predequant 1.05-1.2x faster at 512 (Mixtral T=2048; Qwen3 T=8192
+# within 5% either way) and 1.4x at 1024.
+PREDEQUANT_MIN_ROWS_PER_EXPERT = 512
 INTERP_CONFIG = dict(BLOCK_N=16, BLOCK_K=32)
 
 
@@ -291,19 +313,29 @@ def gemm_meta(kind: int, fmt: Optional[str], *, bf16: bool, has_post: bool, bloc
     launch; the ahead-of-time check (fused_aot.py) enumerates the same.
     rocm: launching on ROCm; w_bytes: bytes per stored weight element."""
     f32 = not bf16 or (kind == 0 and w_bytes == 4)
+    if cfg_kind is None and kind == 1 and block_m < 64 and 0 < k <= SHORT_K_MAX and not (rocm and f32):
+        cfg_kind = "small_short_k"
     cfg = launch_config(block_m, interpret, config, cfg_kind, rocm_f32=rocm and f32)
     if kind == 0:
-        for flag in ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE"):
+        for flag in DECODE_FLAGS:
             cfg.pop(flag, None)
+    elif not bf16:  # "ieee" multipliers (fl32(s / gs)) are not exact in bf16
+        cfg.pop("BF16_DECODE", None)
+    _refuse_interpreted_bf16_decode(cfg, interpret)
     cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)
     return dict(KIND=kind, BF16=bf16, HAS_POST=has_post, DEQUANT_ONLY=False, BLOCK_M=block_m,
                 **_fmt_constexprs(kind, fmt), **cfg)
 
 
 def dequant_meta(kind: int, fmt: Optional[str], *, n: int, k: int, interpret: bool,
-                 config: Optional[dict] = None) -> dict:
-    """Constexprs and compile options of the dequant-only launch (mode "predequant")."""
+                 config: Optional[dict] = None, bf16_out: bool = False) -> dict:
+    """Constexprs and compile options of the dequant-only launch (mode
+    "predequant"). bf16_out: it writes the bf16 scratch of precision "bf16"
+    (multipliers exact in bf16), the only launch BF16_DECODE may act in."""
     cfg = launch_config(16, interpret, config, None if interpret else "dequant")
+    if not bf16_out:
+        cfg.pop("BF16_DECODE", None)
+    _refuse_interpreted_bf16_decode(cfg, interpret)
     if interpret:
         cfg.update(BLOCK_N=16, BLOCK_K=32)
     cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)
@@ -311,22 +343,30 @@ def dequant_meta(kind: int, fmt: Optional[str], *, n: int, k: int, interpret: bo
                 **cfg)
 
 
+def _refuse_interpreted_bf16_decode(cfg: dict, interpret: bool) -> None:
+    if interpret and cfg.get("BF16_DECODE"):
+        # The Triton interpreter's bf16 arithmetic is wrong (0x8040 * 2^126 gave -2^-63, not -0.5; triton 3.9).
+        raise ValueError("launch flag BF16_DECODE needs a CUDA/ROCm device: the Triton interpreter (CPU) does not "
+                         "compute bf16 arithmetic correctly")
+
+
 MODES = ("auto", "fused", "predequant")
 
 
 def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
              a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
-             config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None) -> torch.Tensor:
+             config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
+             x_row_div: int = 1) -> torch.Tensor:
     """See _moe_gemm_impl. Launched through the custom op moe_harness::moe_gemm,
     opaque to torch.compile (dynamo cannot trace Triton's launcher state), so
     compiled forwards keep one graph; a launch-config override (tuning only)
     calls the implementation directly."""
     if config is not None:
         return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m,
-                              config=config, mode=mode, layout=layout)
+                              config=config, mode=mode, layout=layout, x_row_div=x_row_div)
     rows, block_expert, bm = layout if layout is not None else (None, None, block_m or 0)
     return _moe_gemm_op(x, ids, fw.data, fw.mult, fw.mult_bf16, fw.post_bf16, a_gscale, fw.kind,
-                        fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert)
+                        fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert, x_row_div)
 
 
 @torch.library.custom_op("moe_harness::moe_gemm", mutates_args=())
@@ -334,25 +374,27 @@ def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, mult: O
                  mult_bf16: Optional[torch.Tensor], post_bf16: Optional[torch.Tensor],
                  a_gscale: Optional[torch.Tensor], kind: int, fmt: str, E: int, N: int, K: int,
                  precision: str, block_m: int, mode: str, rows: Optional[torch.Tensor] = None,
-                 block_expert: Optional[torch.Tensor] = None) -> torch.Tensor:
+                 block_expert: Optional[torch.Tensor] = None, x_row_div: int = 1) -> torch.Tensor:
     fw = FusedWeights(kind, data, mult, mult_bf16, post_bf16, fmt or None, E, N, K)
     layout = (rows, block_expert, block_m) if rows is not None else None
     return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode,
-                          layout=layout)
+                          layout=layout, x_row_div=x_row_div)
 
 
 @_moe_gemm_op.register_fake
 def _moe_gemm_fake(x, ids, data, mult, mult_bf16, post_bf16, a_gscale, kind, fmt, E, N, K, precision, block_m, mode,
-                   rows=None, block_expert=None):
-    return x.new_empty((x.shape[0], N), dtype=torch.float32)
+                   rows=None, block_expert=None, x_row_div=1):
+    return x.new_empty((ids.shape[0], N), dtype=torch.float32)
 
 
 def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
                    a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
-                   config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None) -> torch.Tensor:
-    """x [P, K] float32 (pair rows), ids [P] int64 expert of each row -> [P, N]
-    float32 = x[p] @ W[ids[p]].T. precision "bf16" with nvfp4 needs a_gscale
-    (the encode-side global scale x was QDQ'd with).
+                   config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
+                   x_row_div: int = 1) -> torch.Tensor:
+    """x [P / x_row_div, K] float32, ids [P] int64 expert of each pair -> [P,
+    N] float32 = x[p // x_row_div] @ W[ids[p]].T (GEMM1 passes the tokens
+    and top_k: no [P, K] copy of x). precision "bf16" with nvfp4 needs
+    a_gscale (the encode-side global scale x was QDQ'd with).
 
     mode "fused": dequant inside the GEMM's K loop (each weight tile is decoded
     once per BLOCK_M rows of its expert). "predequant": the same kernel's
@@ -365,9 +407,13 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         raise ValueError(f"precision must be 'ieee' or 'bf16' here, got {precision!r}")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-    P, K = x.shape
+    K = x.shape[1]
+    P = ids.shape[0]
     if K != fw.K:
         raise ValueError(f"x has K={K}, weights K={fw.K}")
+    if not isinstance(x_row_div, int) or x_row_div < 1 or x.shape[0] * x_row_div != P:
+        raise ValueError(f"x has {x.shape[0]} rows and x_row_div={x_row_div!r}: expected {P} pairs (ids) = rows x "
+                         f"x_row_div")
     out = torch.empty(P, fw.N, dtype=torch.float32, device=x.device)
     if P == 0:
         return out
@@ -434,7 +480,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
             post if post is not None else dummy, g.reshape(1) if g is not None else dummy, part, fw.N, K,
             xk.stride(0), out.stride(0),
             run_fw.data.stride(0), run_fw.data.stride(1), mult.stride(0) if mult is not None else 0,
-            mult.stride(1) if mult is not None else 0, split_blocks, P * fw.N)
+            mult.stride(1) if mult is not None else 0, split_blocks, P * fw.N, x_row_div)
     run_kernel(_kernel(interpret), grid, args, meta, interpret)
     return out if splits == 1 else part.sum(0)
 
@@ -476,12 +522,13 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, mult: Optional[torch.Tenso
                 config: Optional[dict] = None) -> torch.Tensor:
     out = torch.empty(fw.E, fw.N, fw.K, dtype=dtype, device=fw.device)
     interpret = fw.device.type != "cuda"
-    meta = dequant_meta(fw.kind, fw.fmt, n=fw.N, k=fw.K, interpret=interpret, config=config)
+    meta = dequant_meta(fw.kind, fw.fmt, n=fw.N, k=fw.K, interpret=interpret, config=config,
+                        bf16_out=dtype == torch.bfloat16)
     grid = (fw.E, triton_cdiv(fw.N, meta["BLOCK_N"]))
     m = mult if mult is not None else out
     args = (out, out, out, fw.data, m, out, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
             fw.data.stride(0), fw.data.stride(1), m.stride(0) if mult is not None else 0,
-            m.stride(1) if mult is not None else 0, triton_cdiv(fw.K, meta["BLOCK_K"]), 0)
+            m.stride(1) if mult is not None else 0, triton_cdiv(fw.K, meta["BLOCK_K"]), 0, 1)
     run_kernel(_kernel(interpret), grid, args, meta, interpret)
     return out
 

@@ -32,11 +32,30 @@ def _decode_fp4_bytes(byte, MBITS: tl.constexpr, BIAS: tl.constexpr):
 
 
 @triton.jit
+def _decode_fp4_bytes_bf16(byte, MBITS: tl.constexpr, BIAS: tl.constexpr):
+    """Packed e2m1 codes -> bfloat16, the FAST construction in bf16 and two
+    codes per 32-bit operation: int32 bytes [..., n] -> [..., n, 2] (low
+    nibble first). One multiply puts the low nibble at bits 12-15 and the
+    high nibble at bits 28-31 (the byte's two copies do not overlap), so
+    each 16-bit half holds its code's sign in bf16's sign bit; the magnitude
+    bits shifted right land in the exponent/mantissa fields of their half.
+    The raw pattern times 2^(127 - BIAS) is the code's value (subnormal
+    codes pass through bf16 subnormals, as FAST does in float32)."""
+    w = byte.to(tl.uint32) * 0x01001000
+    sh: tl.constexpr = tl.constexpr(5) + MBITS  # 12 - (7 - MBITS): bf16 has 7 mantissa bits
+    mag: tl.constexpr = tl.constexpr(7) << (7 - MBITS)
+    bits = (w & 0x80008000) | ((w >> sh) & (mag | (mag << 16)))
+    val = tl.join(bits.to(tl.uint16), (bits >> 16).to(tl.uint16)).to(tl.bfloat16, bitcast=True)
+    return val * (2.0 ** (127 - BIAS))
+
+
+@triton.jit
 def _moe_gemm_kernel(
     x_ptr, rows_ptr, block_expert_ptr, w_ptr, mult_ptr, post_ptr, gs_ptr, out_ptr,
     N, K, stride_xm, stride_om,
     stride_we, stride_wn, stride_me, stride_mn,
     SPLIT_BLOCKS, stride_os,  # split-K: program_id(2) sums BLOCK_Ks [pid*SPLIT_BLOCKS, +SPLIT_BLOCKS) into out + pid*stride_os
+    x_row_div,  # pair p reads row p // x_row_div of x (GEMM1: x holds tokens, p = token * top_k + j)
     KIND: tl.constexpr,  # 0 float weights, 1 element codes
     PACKED: tl.constexpr,  # fp4 codes two per byte (low nibble = even k)
     # the weight format's element constants (harness.kernels.constants.element_constants)
@@ -50,9 +69,13 @@ def _moe_gemm_kernel(
     PACK_JOIN: tl.constexpr = True,  # load fp4 bytes once and split (else shift per element)
     EVEN_NK: tl.constexpr = False,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: weight loads need no masks
     BYTE_DECODE: tl.constexpr = False,  # e2m1 under FAST_DECODE and PACK_JOIN: _decode_fp4_bytes
+    BF16_DECODE: tl.constexpr = False,  # e2m1 bytes decoded and scaled in bf16 (precision "bf16" GEMMs only)
 ):
     # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
     BYTES_E2M1: tl.constexpr = BYTE_DECODE and FAST_DECODE and SPECIALS == 0 and WIDTH == 4
+    # bf16 decode: in the bf16 GEMM, or a dequant-only launch the host gave a bf16 output (BF16_DECODE is
+    # set only where the multipliers are exact in bf16: 2^k, or nvfp4's E4M3 s in precision "bf16")
+    BYTES_BF16: tl.constexpr = BYTES_E2M1 and BF16_DECODE and MULT_BCAST and (BF16 or DEQUANT_ONLY)
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     # Split-K (decode sizes: too few programs otherwise): this program's
@@ -74,6 +97,7 @@ def _moe_gemm_kernel(
         rows = tl.load(rows_ptr + offs_m)
         rmask = rows >= 0
         rows_safe = tl.where(rmask, rows, 0)
+        x_rows = rows_safe // x_row_div
     offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
     w_base = w_ptr + e * stride_we + offs_n[:, None] * stride_wn
@@ -102,6 +126,8 @@ def _moe_gemm_kernel(
                                        mask=nmask[:, None] & (offs_kb < K // 2)[None, :], other=0).to(tl.int32)
                     if not BYTES_E2M1:
                         code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BLOCK_N, BLOCK_K))
+                    elif BYTES_BF16:
+                        val = tl.reshape(_decode_fp4_bytes_bf16(byte, MBITS, BIAS), (BLOCK_N, BLOCK_K))
                     else:
                         val = tl.reshape(_decode_fp4_bytes(byte, MBITS, BIAS), (BLOCK_N, BLOCK_K))
                 else:
@@ -120,6 +146,8 @@ def _moe_gemm_kernel(
                 else:
                     m = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
                                 other=0.0)
+                if BYTES_BF16:  # exact: e2m1 x (2^k or an E4M3 value) fits bf16's 8-bit significand
+                    m = m.to(tl.bfloat16)
                 wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
                                 (BLOCK_N, BLOCK_K))
             else:
@@ -132,7 +160,7 @@ def _moe_gemm_kernel(
                 amask = rmask[:, None]
             else:
                 amask = rmask[:, None] & kmask[None, :]
-            a = tl.load(x_ptr + rows_safe[:, None] * stride_xm + offs_k[None, :], mask=amask, other=0.0)
+            a = tl.load(x_ptr + x_rows[:, None] * stride_xm + offs_k[None, :], mask=amask, other=0.0)
             if BF16:
                 acc = tl.dot(a.to(tl.bfloat16), tl.trans(wv.to(tl.bfloat16)), acc)
             else:

@@ -118,7 +118,7 @@ class ExpertsBase(torch.nn.Module):
             backend=self.op_backend)
         return xq
 
-    def _gemm(self, x, ids, which: int, w_unfused, layout=None):
+    def _gemm(self, x, ids, which: int, w_unfused, layout=None, x_row_div: int = 1):
         if self.backend == "fused":
             from harness.kernels import fused_gemm
 
@@ -126,7 +126,9 @@ class ExpertsBase(torch.nn.Module):
             if self.scheme.two_level:
                 a_gscale = self.a1_input_scale() if which == 0 else self.a2_input_scale()
             return fused_gemm.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
-                                       a_gscale=a_gscale, mode=self.fused_mode, layout=layout)
+                                       a_gscale=a_gscale, mode=self.fused_mode, layout=layout, x_row_div=x_row_div)
+        if x_row_div != 1:
+            x = x.repeat_interleave(x_row_div, dim=0)
         return _grouped_gemm_unfused(x, ids, w_unfused[which])
 
     def _precision(self, device) -> str:
@@ -144,13 +146,12 @@ class ExpertsBase(torch.nn.Module):
             x = self.quantize_activation(x, self.a1_input_scale())
         w = self.dequantize_weights() if self.backend == "unfused" else None
         ids = topk_ids.reshape(-1).to(torch.int64)
-        xs = x.unsqueeze(1).expand(T, k, H).reshape(T * k, H)
         layout = None
         if self.backend == "fused":  # one expert-sorted layout for both GEMMs
             from harness.kernels import fused_gemm
 
             layout = fused_gemm.pair_layout(ids, self._kernel_weights[0].E)
-        h1 = self._gemm(xs, ids, 0, w, layout)
+        h1 = self._gemm(x, ids, 0, w, layout, x_row_div=k)  # pair p = token p // k
         if self.backend == "fused" and activation == "silu" and h1.is_cuda:
             from harness.kernels import fused_act  # bitwise the torch op, one pass
 

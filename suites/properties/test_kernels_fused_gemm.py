@@ -104,3 +104,111 @@ def test_fused_dequantize_every_code_and_scale_byte_gpu(fmt, gpu_device):
     for flags in [None] + DECODE_FLAGS:
         got = fused_gemm.fused_dequantize(fw, None if flags is None else dict(flags)).cpu()
         assert_bitwise_equal(got, want, f"{fmt} {flags or 'tuned table'}")
+
+
+# ---- BF16_DECODE: packed e2m1 built and scaled in bf16 (GPU tables; the
+# interpreter's bf16 arithmetic is wrong, so the checks of its bits run on
+# the device and the CPU suite checks where the flag may act).
+
+
+def _bf16_operands(q: hf.QuantizedTensor) -> torch.Tensor:
+    """What precision "bf16" feeds the dot: MX values e x 2^k, nvfp4's e x s
+    with the raw E4M3 s (1/gs is applied after the dot), each exact in
+    float32 and rounded once to bf16."""
+    if q.global_scale is not None:
+        q = hf.QuantizedTensor(q.codes, q.scales, torch.ones_like(q.global_scale), q.fmt)
+    return hf.dequantize(q).to(torch.bfloat16)
+
+
+def test_bf16_decode_acts_only_where_multipliers_are_exact_in_bf16():
+    """The GEMM tables carry BF16_DECODE (the dequant-only pass measured
+    slower with it); gemm_meta keeps it for bf16 operands only and
+    dequant_meta for a bf16 output only: "ieee" multipliers fl32(s / gs) are
+    not exact in bf16."""
+    for cls in ("small", "small_short_k", "large"):
+        assert fused_gemm.GPU_CONFIGS[cls].get("BF16_DECODE") is True, cls
+    kw = dict(has_post=False, block_m=16, n=64, k=256, interpret=False)
+    assert fused_gemm.gemm_meta(1, "nvfp4", bf16=True, **kw)["BF16_DECODE"] is True
+    assert "BF16_DECODE" not in fused_gemm.gemm_meta(1, "nvfp4", bf16=False, **kw)
+    assert "BF16_DECODE" not in fused_gemm.gemm_meta(0, None, bf16=True, **kw)
+    on = dict(BF16_DECODE=True)
+    assert fused_gemm.dequant_meta(1, "mxfp4", n=64, k=512, interpret=False, config=on, bf16_out=True)["BF16_DECODE"]
+    assert "BF16_DECODE" not in fused_gemm.dequant_meta(1, "mxfp4", n=64, k=512, interpret=False, config=on)
+
+
+def test_short_k_loops_take_the_short_k_tile():
+    """K <= SHORT_K_MAX (Qwen3's GEMM2) takes BLOCK_K 128 at decode sizes;
+    longer K, BLOCK_M >= 64 and ROCm float32 operands keep their tables."""
+    def tile(**kw):
+        args = dict(kind=1, fmt="mxfp4", bf16=True, has_post=False, block_m=16, n=2048, k=768, interpret=False)
+        args.update(kw)
+        m = fused_gemm.gemm_meta(args.pop("kind"), args.pop("fmt"), **args)
+        return m["BLOCK_N"], m["BLOCK_K"]
+    short, small = fused_gemm.GPU_CONFIGS["small_short_k"], fused_gemm.GPU_CONFIGS["small"]
+    assert tile() == (short["BLOCK_N"], short["BLOCK_K"]) != (small["BLOCK_N"], small["BLOCK_K"])
+    assert tile(k=fused_gemm.SHORT_K_MAX + 32) == (small["BLOCK_N"], small["BLOCK_K"])
+    assert tile(block_m=128)[1] == fused_gemm.GPU_CONFIGS["large"]["BLOCK_K"]
+    rocm = fused_gemm.ROCM_F32_CONFIGS["small"]
+    assert tile(bf16=False, rocm=True) == (rocm["BLOCK_N"], rocm["BLOCK_K"])
+
+
+def test_bf16_decode_refused_on_the_interpreter():
+    q = every_code_and_scale("mxfp4")
+    fw = _fused_weights(q)
+    with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
+        fused_gemm._dequantize(fw, torch.bfloat16, fw.mult_bf16, dict(BF16_DECODE=True))
+    with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
+        fused_gemm.gemm_meta(1, "mxfp4", bf16=True, has_post=False, block_m=16, n=64, k=64, interpret=True,
+                             config=dict(BF16_DECODE=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
+def test_bf16_dequant_every_code_and_scale_byte_gpu(fmt, gpu_device):
+    """The bf16 scratch of mode predequant, with the tables' BF16_DECODE and
+    without it: bit for bit the reference's values rounded once to bf16, for
+    every code x scale byte (subnormal codes and products, -0.0, NaN scales).
+    Formats other than e2m1 ignore the flag."""
+    q = every_code_and_scale(fmt)
+    want = _bf16_operands(q)
+    qd = hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device),
+                            None if q.global_scale is None else q.global_scale.to(gpu_device), fmt)
+    fw = _fused_weights(qd)
+    for config in (None, dict(BF16_DECODE=False)):
+        got = fused_gemm._dequantize(fw, torch.bfloat16, fw.mult_bf16, config).cpu()
+        assert_bitwise_equal(got, want, f"{fmt} {config or 'tuned table'}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
+def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, gpu_device):
+    """Precision "bf16" GEMM launch with one-hot rows, tables' BF16_DECODE on
+    and off: the outputs agree bit for bit, and for MX formats (no post
+    factor) each equals its weight's bf16 operand exactly."""
+    q = every_code_and_scale(fmt)
+    spec = q.spec
+    finite = torch.isfinite(_bf16_operands(q).float())
+    scales_ok = torch.isfinite(_bf16_operands(hf.QuantizedTensor(torch.full_like(q.codes, 2), q.scales,
+                                                                 q.global_scale, fmt)).float())
+    keep = finite & scales_ok
+    scales = torch.where(scales_ok[..., ::spec.block_size], q.scales, 127 if spec.is_mx else 0x38).to(torch.uint8)
+    q = hf.QuantizedTensor(torch.where(keep, q.codes, 0).to(torch.uint8), scales, q.global_scale, fmt)
+    want = _bf16_operands(q).float()  # [E, N, K]
+    E, N, K = want.shape
+    x = torch.eye(K, device=gpu_device).repeat(E, 1)
+    ids = torch.arange(E, device=gpu_device).repeat_interleave(K)
+    qd = hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device),
+                            None if q.global_scale is None else q.global_scale.to(gpu_device), fmt)
+    fw = _fused_weights(qd)
+    a_gs = torch.tensor(1.0, device=gpu_device)
+    outs = {}
+    for flag in (True, False):
+        cfg = dict(fused_gemm.GPU_CONFIGS["small"], BLOCK_N=32, BLOCK_K=64, BF16_DECODE=flag, SPLIT_K=1)
+        outs[flag] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused",
+                                         config=cfg).cpu()
+    assert_bitwise_equal(outs[True], outs[False], f"{fmt}: BF16_DECODE on vs off")
+    if spec.is_mx:
+        y = outs[True].reshape(E, K, N).transpose(1, 2)
+        nonzero = want != 0  # zero weights: the sum of +-0 products is +0
+        assert_bitwise_equal(y[nonzero], want[nonzero], f"{fmt}: one-hot rows vs the bf16 operands")
+        assert bool((y[~nonzero] == 0).all()), f"{fmt}: zero weights gave nonzero outputs"

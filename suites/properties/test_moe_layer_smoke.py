@@ -121,6 +121,24 @@ def test_fused_dequant_bitwise_and_gemm_bound(problem):
         assert ((yf - yu).abs().double() <= bound).all()
 
 
+def test_fused_gemm1_reads_token_rows(problem):
+    """GEMM1 reads x per token (x_row_div = top_k: pair p is token p // k):
+    bit for bit the GEMM on the expanded [P, K] copy, in both modes; a row
+    count that does not match the pairs is refused."""
+    w13, w2, x, lg, a1, a2 = problem
+    q, g = hm.quantize_expert_weights(w13, "w_mxfp4_a_mxfp4")
+    fw = fused_gemm.FusedWeights.from_quantized(q, g)
+    _, ids = hm.route(lg, K)
+    ids = ids.reshape(-1)
+    xs = x.repeat_interleave(K, 0)
+    for mode in ("fused", "predequant"):
+        want = fused_gemm.moe_gemm(xs, ids, fw, mode=mode)
+        got = fused_gemm.moe_gemm(x, ids, fw, mode=mode, x_row_div=K)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), mode
+    with pytest.raises(ValueError, match="x_row_div"):
+        fused_gemm.moe_gemm(x[:-1], ids, fw, x_row_div=K)
+
+
 def test_fused_layer_close_to_unfused(problem):
     w13, w2, x, lg, a1, a2 = problem
     yu = hm.build_emulated_moe("w_mxfp4_a_mxfp4", w13, w2, top_k=K)(x, lg)
