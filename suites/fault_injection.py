@@ -89,8 +89,8 @@ FAULTS += [
     ("kernel: even-mode half-ulp one bit too low", "harness/kernels/constants.py",
      '"EVEN_ADD": 1 << (F32_MANT_BITS - 1 - el.mbits)', '"EVEN_ADD": 1 << (F32_MANT_BITS - 2 - el.mbits)', KT),
     ("fused MoE GEMM: unmasked loads on tiles that do not divide N, K", "harness/kernels/fused_gemm.py",
-     '        cfg.pop(flag, None)\n    cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)',
-     '        cfg.pop(flag, None)\n    cfg.setdefault("EVEN_NK", True)', [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide"]),
+     '    _refuse_interpreted_bf16_decode(cfg, interpret)\n    cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)',
+     '    _refuse_interpreted_bf16_decode(cfg, interpret)\n    cfg.setdefault("EVEN_NK", True)', [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide"]),
 ]
 
 # Storage dtypes and bad input (issue 11): reference and kernels share

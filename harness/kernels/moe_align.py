@@ -26,11 +26,7 @@ from .loader import kernels
 MAX_PAIRS = 128  # [P, P] int32 comparison in one program: 16K elements
 MAX_EXPERTS = 256
 NUM_WARPS = 4
-# rows / blocks written per loop step: the -1 fill of rows is a plain store
-# (Qwen3 at T=16: 2176 rows, 34 steps of 64 took most of the launch's 11.5 us
-# on an H200); the block step holds a [BLOCK_FILL, E_PAD] comparison.
-ROW_FILL = 1024
-BLOCK_FILL = 64
+FILL_CHUNK = 64  # rows / blocks written per loop step
 
 
 def _kernel(interpret: bool):
@@ -44,8 +40,7 @@ def applies(num_pairs: int, num_experts: int) -> bool:
 
 def meta(num_pairs: int, num_experts: int) -> dict:
     return dict(P_PAD=max(16, triton.next_power_of_2(num_pairs)),
-                E_PAD=max(16, triton.next_power_of_2(num_experts)), ROW_FILL=ROW_FILL, BLOCK_FILL=BLOCK_FILL,
-                num_warps=NUM_WARPS)
+                E_PAD=max(16, triton.next_power_of_2(num_experts)), FILL=FILL_CHUNK, num_warps=NUM_WARPS)
 
 
 def num_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
