@@ -91,6 +91,9 @@ FAULTS += [
     ("fused MoE GEMM: unmasked loads on tiles that do not divide N, K", "harness/kernels/fused_gemm.py",
      '    _refuse_interpreted_bf16_decode(cfg, interpret)\n    cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)',
      '    _refuse_interpreted_bf16_decode(cfg, interpret)\n    cfg.setdefault("EVEN_NK", True)', [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide"]),
+    ("fused MoE GEMM1 reads pair rows of the token matrix (x_row_div ignored)", "harness/kernels/fused_gemm_src.py",
+     "a = tl.load(x_ptr + x_rows[:, None] * stride_xm", "a = tl.load(x_ptr + rows_safe[:, None] * stride_xm",
+     [P + "test_moe_layer_smoke.py::test_fused_gemm1_reads_token_rows"]),
 ]
 
 # Storage dtypes and bad input (issue 11): reference and kernels share
