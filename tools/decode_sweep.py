@@ -5,7 +5,8 @@ python -m tools.decode_sweep --shapes mixtral,qwen3-30b-a3b --out sweep.json
 Per shape, scheme (w_mxfp4_a_mxfp4, nvfp4), GEMM (w13, w2) and T (1, 16):
 one GEMM launch (precision bf16, mode fused) timed by CUDA-graph replay
 (10 launches per graph, median of 7 replays) at 1, 2 and 4 splits, at the
-split `fused_gemm.split_k` picks ("auto"), with BLOCK_N 64 / BLOCK_K 128,
+split `fused_gemm.split_k` picks ("auto"; every column starts from the
+tile the table picks, BLOCK_K 128 for K <= SHORT_K_MAX), with BLOCK_N 64 / BLOCK_K 128,
 with the bf16 decode off ("no_bf16_decode") and the byte decode off too
 ("no_byte_decode"); per weight tensor the dequant-only pass (mode
 predequant) as the table has it, with the bf16 decode on, and with the
@@ -68,7 +69,11 @@ def sweep(shape: str, dev) -> list:
                 def run(cfg):
                     return fused._moe_gemm_impl(x, ids, fw, precision="bf16", a_gscale=a_gs, config=cfg,
                                                 mode="fused", layout=layout)
-                base = dict(fused.GPU_CONFIGS["small"])
+                # the launch the table picks for this GEMM ("small", or "small_short_k" for a short K)
+                meta = fused.gemm_meta(1, fw.fmt, bf16=True, has_post=fw.post_bf16 is not None, block_m=layout[2],
+                                       n=fw.N, k=fw.K, interpret=False)
+                base = {kk: meta[kk] for kk in ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages") + fused.DECODE_FLAGS
+                        if kk in meta}
                 auto = fused.split_k(T * k, E, -(-fw.N // base["BLOCK_N"]), fw.K, layout[2], base["BLOCK_K"], dev)
                 row = dict(shape=shape, scheme=scheme, gemm=name, T=T, N=fw.N, K=fw.K,
                            experts=int(torch.unique(ids).numel()), auto_split=auto)

@@ -272,10 +272,10 @@ ROCM_F32_CONFIGS = {
 }
 SHORT_K_MAX = 1024
 # mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows.
-# Measured on an H200 (docs/benchmarks.md, 2026-11-30): fused was 1.1-1.5x
-# faster at 128 and 256 rows per expert (Qwen3 T=2048 / 4096, Mixtral
-# T=1024), predequant 1.05-1.2x faster at 512 (Mixtral T=2048; Qwen3 T=8192
-# within 5% either way) and 1.4x at 1024.
+# Measured per GEMM on an H200 (docs/benchmarks.md, 2026-11-30): fused was
+# 1.09-1.56x faster at 128 and 256 rows per expert (Qwen3 T=2048 / 4096,
+# Mixtral T=1024), predequant 1.07-1.17x faster at 512 on Mixtral (T=2048;
+# Qwen3 T=8192 within 8% either way) and 1.35-1.45x at 1024.
 PREDEQUANT_MIN_ROWS_PER_EXPERT = 512
 INTERP_CONFIG = dict(BLOCK_N=16, BLOCK_K=32)
 
