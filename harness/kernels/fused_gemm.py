@@ -261,14 +261,25 @@ GPU_CONFIGS = {
 # ROCm with float32 operands (precision "ieee", or float32 weights): gfx942 has
 # 64 KiB of LDS per workgroup, and the H200 tiles above need 80-192 KiB there
 # (`moe-harness targets`, docs/targets.md), so these replace them. Chosen to
-# fit (<= 32 KiB on gfx942), not yet tuned on an MI300X. bf16 operands keep
-# GPU_CONFIGS on ROCm (<= 32 KiB there).
+# fit (<= 32 KiB on gfx942), not yet tuned on an MI300X.
 ROCM_F32_CONFIGS = {
     "small": dict(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
                   PACK_JOIN=True, BYTE_DECODE=True),
     "large": dict(BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2, FAST_DECODE=True, MULT_BCAST=True,
                   PACK_JOIN=True, BYTE_DECODE=True),
     "large_float": dict(BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=2),
+}
+# ROCm with bf16 operands and 2-byte float weights (mode "predequant"'s bf16
+# scratch, bf16/fp16 checkpoints): compiled as every model runs them (sizes
+# multiples of 16, so Triton vectorises and pipelines deeper), the H200 tiles
+# need 72-96 KiB of LDS on gfx942. The same BLOCK_N with 2 stages (and BLOCK_K
+# 128 below BLOCK_M 64) needs 20-48 KiB there (`moe-harness targets`,
+# 2026-11-30). Chosen to fit, not yet tuned on an MI300X. Code-decoding launches
+# (1-byte weights and smaller) keep GPU_CONFIGS on ROCm: <= 64 KiB there.
+ROCM_BF16_FLOAT_CONFIGS = {
+    "small": dict(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=2),
+    "large": dict(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=2),
+    "large_float": dict(BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=2),
 }
 SHORT_K_MAX = 1024
 # mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows.
@@ -285,20 +296,30 @@ def on_rocm() -> bool:
 
 
 def launch_tables() -> dict:
-    """Which table the GEMM's launches take on this machine, by tl.dot operand width."""
-    return {"bf16": "GPU_CONFIGS", "float32": "ROCM_F32_CONFIGS" if on_rocm() else "GPU_CONFIGS"}
+    """Which table the GEMM's launches take on this machine, by tl.dot operand
+    width (and, for bf16, whether the weights are 2-byte floats)."""
+    rocm = on_rocm()
+    return {"bf16": "GPU_CONFIGS", "bf16, float weights": "ROCM_BF16_FLOAT_CONFIGS" if rocm else "GPU_CONFIGS",
+            "float32": "ROCM_F32_CONFIGS" if rocm else "GPU_CONFIGS"}
+
+
+def rocm_table(rocm: bool, f32: bool, kind: int) -> Optional[dict]:
+    """The ROCm table that replaces GPU_CONFIGS for a launch, or None."""
+    if not rocm:
+        return None
+    return ROCM_F32_CONFIGS if f32 else ROCM_BF16_FLOAT_CONFIGS if kind == 0 else None
 
 
 def launch_config(bm: int, interpret: bool, override: Optional[dict] = None, kind: Optional[str] = None,
-                  rocm_f32: bool = False) -> dict:
+                  rocm_configs: Optional[dict] = None) -> dict:
     """The launch table entry: INTERP_CONFIG, else GPU_CONFIGS[kind] (by default
-    "small" below BLOCK_M 64, else "large"), or ROCM_F32_CONFIGS[kind] where it
-    has one when `rocm_f32` (ROCm, float32 operands); `override` on top."""
+    "small" below BLOCK_M 64, else "large"), or rocm_configs[kind] where that
+    ROCm table (rocm_table) has one; `override` on top."""
     if interpret:
         cfg = dict(INTERP_CONFIG)
     else:
         kind = kind or ("small" if bm < 64 else "large")
-        cfg = dict(ROCM_F32_CONFIGS[kind] if rocm_f32 and kind in ROCM_F32_CONFIGS else GPU_CONFIGS[kind])
+        cfg = dict(rocm_configs[kind] if rocm_configs and kind in rocm_configs else GPU_CONFIGS[kind])
     cfg.update(override or {})
     if interpret:
         for k in ("num_warps", "num_stages"):
@@ -315,7 +336,7 @@ def gemm_meta(kind: int, fmt: Optional[str], *, bf16: bool, has_post: bool, bloc
     f32 = not bf16 or (kind == 0 and w_bytes == 4)
     if cfg_kind is None and kind == 1 and block_m < 64 and 0 < k <= SHORT_K_MAX and not (rocm and f32):
         cfg_kind = "small_short_k"
-    cfg = launch_config(block_m, interpret, config, cfg_kind, rocm_f32=rocm and f32)
+    cfg = launch_config(block_m, interpret, config, cfg_kind, rocm_configs=rocm_table(rocm, f32, kind))
     if kind == 0:
         for flag in DECODE_FLAGS:
             cfg.pop(flag, None)

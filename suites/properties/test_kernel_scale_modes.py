@@ -53,7 +53,7 @@ def test_unknown_code_fails_to_compile():
 
     def compile_with(mode_code):
         src = ASTSource(kernels(False).qdq_kernel, variant.signature, dict(variant.constexprs, SCALE_MODE=mode_code),
-                        targets._pointer_attrs(target, variant.signature))
+                        targets._arg_attrs(target, variant.signature))
         return triton.compile(src, target=GPUTarget(target.backend, target.arch, target.warp_size),
                               options=dict(variant.options))
 

@@ -102,9 +102,11 @@ def test_launch_tables_reach_the_work_list(monkeypatch):
     assert got == {96}
 
 
-def test_rocm_takes_the_lds_safe_tiles_for_float32_operands():
+def test_rocm_takes_the_lds_safe_tiles():
     """gfx942's 64 KiB of LDS: float32 operands on ROCm use ROCM_F32_CONFIGS
-    (the H200 tiles need 80-192 KiB there); bf16 operands and CUDA keep GPU_CONFIGS."""
+    (the H200 tiles need 80-192 KiB there), bf16 operands with 2-byte float
+    weights ROCM_BF16_FLOAT_CONFIGS (72-96 KiB); code-decoding bf16 launches
+    and CUDA keep GPU_CONFIGS."""
     from harness.kernels import fused_gemm as fused
 
     def tile(bm, **kw):
@@ -115,15 +117,18 @@ def test_rocm_takes_the_lds_safe_tiles_for_float32_operands():
     def table(t, kind):
         return t[kind]["BLOCK_N"], t[kind]["BLOCK_K"], t[kind]["num_warps"], t[kind]["num_stages"]
 
-    rocm, cuda = fused.ROCM_F32_CONFIGS, fused.GPU_CONFIGS
+    rocm, rocm_bf16, cuda = fused.ROCM_F32_CONFIGS, fused.ROCM_BF16_FLOAT_CONFIGS, fused.GPU_CONFIGS
     for bm, kind in ((16, "small"), (128, "large")):
         assert tile(bm, bf16=False, rocm=True) == table(rocm, kind)
         assert tile(bm, bf16=False, rocm=False) == table(cuda, kind)
         assert tile(bm, bf16=True, rocm=True) == table(cuda, kind)
         assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=4) == table(rocm, kind)
-        assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=2) == table(cuda, kind)
+        assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=2) == table(rocm_bf16, kind)
+        assert tile(bm, bf16=True, rocm=False, kind=0, fmt=None, w_bytes=2) == table(cuda, kind)
     assert tile(128, bf16=False, rocm=True, kind=0, fmt=None, w_bytes=4, cfg_kind="large_float") == \
         table(rocm, "large_float")
+    assert tile(128, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=2, cfg_kind="large_float") == \
+        table(rocm_bf16, "large_float")
 
 
 def test_the_dispatch_says_which_table_runs(monkeypatch):
@@ -132,9 +137,32 @@ def test_the_dispatch_says_which_table_runs(monkeypatch):
     from harness.kernels import fused_gemm as fused
 
     monkeypatch.setattr(torch.version, "hip", None)
-    assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "float32": "GPU_CONFIGS"}
+    assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "bf16, float weights": "GPU_CONFIGS",
+                                     "float32": "GPU_CONFIGS"}
     monkeypatch.setattr(torch.version, "hip", "7.1.0")
-    assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "float32": "ROCM_F32_CONFIGS"}
+    assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "bf16, float weights": "ROCM_BF16_FLOAT_CONFIGS",
+                                     "float32": "ROCM_F32_CONFIGS"}
+
+
+def test_launches_with_integer_arguments_compile_in_both_specialisations():
+    """Triton's launcher specialises integers divisible by 16; every launch
+    with integer arguments is in the work list unspecialised and as
+    multiples of 16, cached apart; launches without them once."""
+    items = targets.work_list(["_moe_gemm_kernel", "silu_and_mul_kernel"], ["fused.mxfp4.bf16.bm16.even", "f32"])
+    by_config = {}
+    for i in items:
+        by_config.setdefault(i["config"], []).append(i["ints"])
+    assert by_config == {"fused.mxfp4.bf16.bm16.even": ["any", "div16"], "f32": ["any", "div16"]}
+    t = targets.TARGETS["gfx942"]
+    assert len({targets.cache_key(i, t, "3.9.0") for i in items}) == len(items)
+    sig = items[0]["signature"]
+    any_attrs = targets._arg_attrs(t, sig, "any")
+    div_attrs = targets._arg_attrs(t, sig, "div16")
+    n_ptr = sum(v.startswith("*") for v in sig.values())
+    n_int = sum(v in ("i32", "i64") for v in sig.values())
+    assert (len(any_attrs), len(div_attrs)) == (n_ptr, n_ptr + n_int) and n_int > 0
+    with pytest.raises(ValueError, match="integer specialisation 'div8'"):
+        targets._arg_attrs(t, sig, "div8")
 
 
 # ---------------------------------------------------------------- faults shown red
@@ -151,14 +179,34 @@ def test_a_launch_over_64k_lds_fails_gfx942(tmp_path, monkeypatch):
 
     sel = ["--targets", "gfx942", "--kernels", "_moe_gemm_kernel", "--configs", "fused.mxfp4.ieee.bm16.even"]
     rc, doc = _cli(tmp_path, *sel)
-    assert rc == 0 and doc["results"][0]["status"] == "ok", _rows_text(doc["results"])
+    assert rc == 0 and [r["status"] for r in doc["results"]] == ["ok", "ok"], _rows_text(doc["results"])
     # the fault: ROCm given the H200 tile for float32 operands (64 x 256, 3 stages)
     monkeypatch.setitem(fused.ROCM_F32_CONFIGS, "small", dict(fused.GPU_CONFIGS["small"]))
     rc, doc = _cli(tmp_path, *sel)
-    [row] = doc["results"]
     assert rc == 1
-    assert row["status"] == "overflow" and row["shared"] > 64 * 1024, row
-    assert "exceeds gfx942's 65536 B" in row["error"]
+    for row in doc["results"]:
+        assert row["status"] == "overflow" and row["shared"] > 64 * 1024, row
+        assert "exceeds gfx942's 65536 B" in row["error"]
+
+
+def test_an_overflow_only_aligned_sizes_reach_fails_gfx942(tmp_path, monkeypatch):
+    """The bug the div16 compile exists for: with the H200 tile (64 x 256, 3
+    stages), the bf16 GEMM on predequant's scratch fitted gfx942's LDS when
+    compiled with nothing known about its integers (32 KiB) and overflowed it
+    as every model runs it (sizes multiples of 16: 80 KiB)."""
+    from harness.kernels import fused_gemm as fused
+
+    sel = ["--targets", "gfx942", "--kernels", "_moe_gemm_kernel", "--configs", "predequant.gemm.bf16.bm16.even"]
+    rc, doc = _cli(tmp_path, *sel)
+    assert rc == 0, _rows_text(doc["results"])
+    assert {r["ints"]: r["status"] for r in doc["results"]} == {"any": "ok", "div16": "ok"}
+    # the fault: ROCm's bf16 float-weight launches given the H200 tile again
+    monkeypatch.setitem(fused.ROCM_BF16_FLOAT_CONFIGS, "small", dict(fused.GPU_CONFIGS["small"]))
+    rc, doc = _cli(tmp_path, *sel)
+    rows = {r["ints"]: r for r in doc["results"]}
+    assert rc == 1
+    assert rows["any"]["status"] == "ok", rows["any"]
+    assert rows["div16"]["status"] == "overflow" and rows["div16"]["shared"] > 64 * 1024, rows["div16"]
 
 
 @triton.jit
@@ -229,15 +277,16 @@ def test_cache_hits_when_unchanged_and_misses_when_the_launch_changes(tmp_path, 
 
     run = lambda: targets.run(["gfx942"], ["silu_and_mul_kernel"], jobs=1, cache_dir=tmp_path)  # noqa: E731
     first, second = run(), run()
-    assert (first["meta"]["compiled"], first["meta"]["cached"]) == (1, 0)
-    assert (second["meta"]["compiled"], second["meta"]["cached"]) == (0, 1)
-    assert second["results"][0]["n_regs"] == first["results"][0]["n_regs"]
+    # one launch configuration, compiled per integer specialisation (any, div16)
+    assert (first["meta"]["compiled"], first["meta"]["cached"]) == (2, 0)
+    assert (second["meta"]["compiled"], second["meta"]["cached"]) == (0, 2)
+    assert [r["n_regs"] for r in second["results"]] == [r["n_regs"] for r in first["results"]]
     monkeypatch.setattr(fused_act, "SILU_META", dict(fused_act.SILU_META, num_warps=8))
-    assert run()["meta"]["compiled"] == 1
+    assert run()["meta"]["compiled"] == 2
     # a changed limit re-judges cached rows without compiling
     monkeypatch.setitem(targets.TARGETS, "gfx942", dataclasses.replace(targets.TARGETS["gfx942"], shared_limit=-1))
     again = run()
-    assert again["meta"]["compiled"] == 0 and again["results"][0]["status"] == "overflow"
+    assert again["meta"]["compiled"] == 0 and {r["status"] for r in again["results"]} == {"overflow"}
     item = targets.work_list(["silu_and_mul_kernel"], backend="hip")[0]
     keys = {targets.cache_key(item, targets.TARGETS[t], v) for t in ("gfx942", "sm_90") for v in ("3.6.0", "3.9.0")}
     assert len(keys) == 4
