@@ -94,6 +94,9 @@ def pytest_runtest_setup(item):
         want = rocm.kwargs.get("arch") or (rocm.args[0] if rocm.args else None)
         if kind != "rocm" or (want and want != arch):
             pytest.skip(f"needs a ROCm GPU{' ' + want if want else ''}")
+    cpu_only = item.get_closest_marker("cpu_only")
+    if cpu_only and kind is not None:
+        pytest.skip(f"CPU dry run, a GPU is visible: {cpu_only.args[0] if cpu_only.args else 'devices differ'}")
     if item.get_closest_marker("nightly") and settings._current_profile != "nightly":
         pytest.skip("nightly only (HARNESS_PROFILE=nightly)")
 

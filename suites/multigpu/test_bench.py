@@ -19,6 +19,7 @@ def _args(ckpt, **kw):
     return argparse.Namespace(**a)
 
 
+@pytest.mark.cpu_only("bench multigpu runs its workers on the GPUs when it sees them; test_two_gpus is the GPU run")
 def test_dry_run_all_modes_on_cpu(tmp_path):
     ckpt = tmp_path / "ckpt"
     synthetic.write("tiny-qwen3-moe", "nvfp4", ckpt, seed=0, device="cpu")

@@ -81,6 +81,7 @@ def hooked_lm():
                     device_map=json.dumps(_per_layer_cpu_map()))
 
 
+@pytest.mark.cpu_only("with a GPU visible, accelerate treats a 'cpu' entry as offload and executes on the GPU")
 def test_parallelize_attaches_accelerate_hooks(hooked_lm):
     assert hooked_lm.parallel_info()["mode"] == "model"
     for i in range(3):

@@ -182,6 +182,8 @@ def test_balanced_layers():
     assert synthetic_loader.balanced_layers([1] * 3, 1) == [0, 0, 0]
 
 
+@pytest.mark.cpu_only("with a GPU visible, the single-device run picks cuda:0 and the 'cpu' device map means GPU "
+                      "execution with offload: two devices, not one; test_two_gpus is the GPU run")
 @pytest.mark.parametrize("shape, scheme", CASES)
 def test_moe_emu_runs_it_single_and_parallelized_identically(written, shape, scheme):
     from harness.lmeval.adapter import MoEEmuLM
