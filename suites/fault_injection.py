@@ -177,7 +177,7 @@ FAULTS += [
      [TT + "test_launches_with_integer_arguments_compile_in_both_specialisations",
       TT + "test_an_overflow_only_aligned_sizes_reach_fails_gfx942"]),
     ("ROCm bf16 float-weight GEMM keeps the H200 tiles", "harness/kernels/fused_gemm.py",
-     "return ROCM_F32_CONFIGS if f32 else ROCM_BF16_FLOAT_CONFIGS if kind == 0 else None",
+     "return ROCM_F32_CONFIGS if f32 else ROCM_BF16_FLOAT_CONFIGS if weights_kind == 0 else None",
      "return ROCM_F32_CONFIGS if f32 else None",
      [TT + "test_rocm_takes_the_lds_safe_tiles", TT + "test_an_overflow_only_aligned_sizes_reach_fails_gfx942"]),
     ("CPU dry runs not skipped where a GPU is visible", "conftest.py",

@@ -303,11 +303,12 @@ def launch_tables() -> dict:
             "float32": "ROCM_F32_CONFIGS" if rocm else "GPU_CONFIGS"}
 
 
-def rocm_table(rocm: bool, f32: bool, kind: int) -> Optional[dict]:
-    """The ROCm table that replaces GPU_CONFIGS for a launch, or None."""
+def rocm_table(rocm: bool, f32: bool, weights_kind: int) -> Optional[dict]:
+    """The ROCm table that replaces GPU_CONFIGS for a launch (weights_kind: 0
+    float weights, 1 codes), or None."""
     if not rocm:
         return None
-    return ROCM_F32_CONFIGS if f32 else ROCM_BF16_FLOAT_CONFIGS if kind == 0 else None
+    return ROCM_F32_CONFIGS if f32 else ROCM_BF16_FLOAT_CONFIGS if weights_kind == 0 else None
 
 
 def launch_config(bm: int, interpret: bool, override: Optional[dict] = None, kind: Optional[str] = None,
