@@ -11,27 +11,27 @@ import sys
 # libgomp (torch's CPU thread pool) spins ~300k iterations before a waiting
 # thread sleeps. With the cores busy elsewhere, `moe-harness eval` of one
 # producer config at 2 threads took 140 s instead of 10 s; spinning 10k
-# iterations took 26 s there and 10 s idle. Measured on this 2-core machine,
-# 2026-11-30. Set before torch is imported; a value in the environment wins.
+# iterations took 26 s there and 10 s idle (a 2-core x86_64 machine). Set
+# before torch is imported; a value in the environment wins.
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 # command -> module with add_arguments(parser) and main(args) -> int
 COMMANDS = {
-    "run": ("harness.run", "run every check on the default device and write a report"),
-    "eval": ("harness.lmeval.command", "lm-eval accuracy run with statistical gates"),
-    "train-tiny": ("harness.lmeval.train", "train the bundled tiny MoE model (CPU, deterministic)"),
-    "pipeline": ("harness.pipelines.command", "validate or run Buildkite pipelines locally"),
-    "conform": ("harness.conformance.command", "hold implementations of NVFP4 / OCP MX to the spec"),
-    "checkpoint": ("harness.checkpoints.command", "producer checkpoints of the tiny MoE (make, check, list) and synthetic real-size ones (synth)"),
-    "targets": ("harness.kernels.targets", "compile every Triton kernel ahead of time for gfx942, gfx950, sm_90, sm_100"),
+    "run": ("harness.commands.run", "run every check on the default device and write a report"),
+    "eval": ("harness.commands.eval", "lm-eval accuracy run with statistical gates"),
+    "train-tiny": ("harness.commands.train_tiny", "train the bundled tiny MoE model (CPU, deterministic)"),
+    "pipeline": ("harness.commands.pipeline", "validate or run Buildkite pipelines locally"),
+    "conform": ("harness.commands.conform", "hold implementations of NVFP4 / OCP MX to the spec"),
+    "checkpoint": ("harness.commands.checkpoint", "producer checkpoints of the tiny MoE (make, check, list) and synthetic real-size ones (synth)"),
+    "targets": ("harness.commands.targets", "compile every Triton kernel ahead of time for gfx942, gfx950, sm_90, sm_100"),
 }
 BENCHES = {
-    "kernels": ("harness.kernels.bench", "Triton kernel bandwidth vs copy and torch.compile"),
-    "moe": ("harness.moe.bench", "emulated MoE forward vs bf16"),
-    "eval": ("harness.lmeval.bench", "tiny-model eval wall time"),
-    "config-validate": ("harness.lmeval.bench_config", "wall time of eval --dry-run on one config (fresh interpreters)"),
-    "conform": ("harness.conformance.bench", "wall time of moe-harness conform over every installed adapter"),
-    "multigpu": ("harness.lmeval.bench_multigpu", "load time, peak memory per GPU, tokens/s: 1 GPU vs 2 GPUs (both modes)"),
+    "kernels": ("harness.commands.bench.kernels", "Triton kernel bandwidth vs copy and torch.compile"),
+    "moe": ("harness.commands.bench.moe", "emulated MoE forward vs bf16"),
+    "eval": ("harness.commands.bench.eval", "tiny-model eval wall time"),
+    "config-validate": ("harness.commands.bench.config_validate", "wall time of eval --dry-run on one config (fresh interpreters)"),
+    "conform": ("harness.commands.bench.conform", "wall time of moe-harness conform over every installed adapter"),
+    "multigpu": ("harness.commands.bench.multigpu", "load time, peak memory per GPU, tokens/s: 1 GPU vs 2 GPUs (both modes)"),
 }
 
 

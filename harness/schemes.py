@@ -12,12 +12,27 @@ from dataclasses import dataclass
 from typing import Optional
 
 
+@dataclass(frozen=True)
+class PerTensorFormat:
+    """An activation format with ONE float32 scale per tensor (the decode-side
+    scale, x ~= q * scale; dynamic amax / max_normal when none is given) and no
+    block scales: not a row of harness.formats, whose rows are block formats."""
+    name: str
+    element: str  # the harness.formats element codec (attribute name: E4M3)
+
+
+# Activation formats outside the block-format table, by the name a scheme's
+# act_fmt / quant_dtype gives them.
+PER_TENSOR_FORMATS: dict[str, PerTensorFormat] = {
+    "fp8": PerTensorFormat("fp8", "E4M3"),  # vLLM's per-tensor float8_e4m3fn activations
+}
+
 
 @dataclass(frozen=True)
 class Scheme:
     name: str
     weight_fmt: Optional[str]  # harness.formats name; None = unquantized ("bf16")
-    act_fmt: Optional[str]  # format of the GEMM inputs; "fp8" = per-tensor E4M3; None = no QDQ
+    act_fmt: Optional[str]  # GEMM inputs: a harness.formats row, a PER_TENSOR_FORMATS row, or None = no QDQ
     quant_dtype: Optional[str]  # dispatch key of moe_kernel_quantize_input
     # MX block-scale mode used for weights (at build) and activations (QDQ).
     # "even" as vLLM's OCP MX emulation (AMD Quark); two-level formats have no
@@ -41,6 +56,16 @@ class Scheme:
     @property
     def weight_only(self) -> bool:
         return self.weight_fmt is not None and self.act_fmt is None
+
+    @property
+    def act_per_tensor(self) -> bool:
+        """Activations quantized with one scale per tensor (a PER_TENSOR_FORMATS row)."""
+        return self.act_fmt in PER_TENSOR_FORMATS
+
+    @property
+    def act_block_fmt(self) -> Optional[str]:
+        """The activations' block format (a harness.formats row), or None."""
+        return None if self.act_fmt is None or self.act_per_tensor else self.act_fmt
 
     @property
     def k_multiple(self) -> int:
@@ -74,6 +99,9 @@ _ROWS = (
 
 SCHEMES: dict[str, Scheme] = {row.name: row for row in _ROWS}
 SCHEME_NAMES: tuple[str, ...] = tuple(SCHEMES)
+# The experts' implementations every scheme runs on (harness.moe.experts):
+# torch GEMMs over dequantized weights, or the fused Triton dequant + GEMM.
+EXPERT_BACKENDS: tuple[str, ...] = ("unfused", "fused")
 # The unquantized baseline accepted by build_emulated_moe (not a quant scheme).
 BF16 = Scheme("bf16", None, None, None, scale_mode="floor")
 

@@ -28,6 +28,8 @@ from hypothesis import strategies as st
 
 from harness.formats import FORMATS, NVFP4_GS_NUMERATOR, ROUNDINGS, SCALE_MODES, decode_value, get_format
 from harness.formats.spec import FormatSpec
+from harness.moe.schemes import SCHEME_NAMES
+from harness.moe.schemes import get_scheme
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BLOCK_KINDS = ("random", "ties", "zero", "subnormal", "max")
@@ -80,7 +82,7 @@ def global_scales(allow_none: bool = True, fmt=None):
         lambda a: float(torch.tensor(numerator, dtype=torch.float32) / torch.tensor(a, dtype=torch.float32))
     )
     pow2 = st.integers(-20, 20).map(lambda e: math.ldexp(1.0, e))
-    choices = [from_amax, pow2]
+    choices: list[st.SearchStrategy[float | None]] = [from_amax, pow2]
     if allow_none:
         choices.append(st.none())
     return st.one_of(*choices)
@@ -200,14 +202,10 @@ MOE_ACT_SCALES = (1.0, 0.37, 2.9)  # calibration factor (1 = calibrated)
 
 
 def _moe_scheme_names():
-    from harness.moe.schemes import SCHEME_NAMES
-
     return SCHEME_NAMES
 
 
 def _moe_scheme(name):
-    from harness.moe.schemes import get_scheme
-
     return get_scheme(name)
 
 
@@ -313,7 +311,7 @@ def moe_problems(draw, scheme=None, *, max_experts: int = 64, max_tokens: int = 
     if row.two_level:
         ckpt = draw(st.sampled_from(("modelopt", "compressed_tensors")))
         act_scale = draw(st.sampled_from(MOE_ACT_SCALES))
-    elif row.act_fmt == "fp8":
+    elif row.act_per_tensor:
         act_scale = draw(st.sampled_from((0.0,) + MOE_ACT_SCALES))
     return MoEProblem(scheme, E, top_k, H, I, T, seed, scoring, renormalize, activation, style, spread,
                       ckpt, act_scale, token_spread, dtype)

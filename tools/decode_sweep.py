@@ -23,7 +23,7 @@ import torch
 import harness.moe as hm
 from harness.kernels import fused_gemm as fused
 from harness.moe import limits
-from harness.moe.bench import SHAPES
+from harness.commands.bench.moe import SHAPES
 
 
 def graph_ms(fn) -> float:
@@ -51,9 +51,9 @@ def sweep(shape: str, dev) -> list:
             fw = fused.FusedWeights.from_quantized(q, gs, precisions=("bf16",))
             del q  # codes unpacked: only the kernel format is kept
             deq = dict(shape=shape, scheme=scheme, gemm=name)
-            # Two interleaved rounds, the second kept: whichever variant ran
-            # first measured 1.01-1.11x slower in both orders (H200,
-            # 2026-11-30), a one-time cost of the first [E, N, K] scratch.
+            # Two interleaved rounds, the second kept: whichever variant runs
+            # first measures 1.01-1.11x slower in either order (H200), a
+            # one-time cost of the first [E, N, K] scratch.
             for _ in range(2):
                 for label, cfg in (("dequant", None), ("dequant_bf16_decode", dict(BF16_DECODE=True)),
                                    ("dequant_no_byte_decode", dict(BYTE_DECODE=False))):

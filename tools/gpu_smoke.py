@@ -131,7 +131,7 @@ def profile_forward(dev, tokens=(16, 4096), schemes=("w_mxfp4_a_mxfp4", "nvfp4")
     `iters` eager forwards (mode auto), CUDA kernel time per kernel name, in
     microseconds per forward, largest first."""
     import harness.moe as hm
-    from harness.moe.bench import SHAPES
+    from harness.commands.bench.moe import SHAPES
     from torch.profiler import ProfilerActivity, profile
 
     E, k, H, I = SHAPES["mixtral"]
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     from harness.kernels.fused_gemm import launch_tables
 
     res["fused_launch_tables"] = launch_tables()
-    from harness.moe.checks import run_checks
+    from harness.commands.run.moe import run_checks
 
     if a.tune:
         from harness.kernels import fused_gemm as fused
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
         _guard(res, "int64_offsets", lambda: int64_offsets(dev))
         _dump(out, "smoke.json", res)
     if not a.skip_bench and "bench" in steps:
-        from harness.moe import bench
+        from harness.commands.bench import moe as bench
 
         for shape in ("qwen3-30b-a3b", "mixtral"):
             bp = argparse.ArgumentParser()

@@ -10,7 +10,7 @@ import sys
 import torch
 
 from harness.moe import build_emulated_moe, calibrate_activation_scales
-from harness.moe.bench import SHAPES
+from harness.commands.bench.moe import SHAPES
 
 
 def main() -> int:

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from harness.moe.bench import _time as _bench_time
+from harness.commands.bench.moe import _time as _bench_time
 
 FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE", "BF16_DECODE")
 TILES = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from .errors import CheckpointFormatError
+from harness.checkpoints.errors import CheckpointFormatError
 
 READERS = {
     "compressed-tensors": "harness.checkpoints.read_compressed_tensors",

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from .errors import CheckpointFormatError
+from harness.checkpoints.errors import CheckpointFormatError
 
 PROJ = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate", "w3": "up", "w2": "down"}
 _EXPERT = re.compile(r"^(?P<block>.+)\.experts\.(?P<e>\d+)\.(?P<proj>[A-Za-z0-9_]+)\.(?P<suffix>[A-Za-z0-9_]+)$")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import detect, files as cfiles
-from .errors import CheckpointFormatError
+from harness.checkpoints import detect, files as cfiles
+from harness.checkpoints.errors import CheckpointFormatError
 
 
 @dataclass

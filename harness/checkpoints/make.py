@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import cache, producers, source
+from harness.checkpoints import cache, producers
+from harness.models import source
 
 
 class ProducerUnavailable(RuntimeError):

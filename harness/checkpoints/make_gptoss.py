@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+import harness.formats as hf
 
 SCALE_MODE = "even"   # the harness' w_mxfp4 weight scale mode (harness/moe/schemes.py)
 NOT_CONVERTED = ["model.layers.*.self_attn", "model.layers.*.mlp.gate", "model.embed_tokens", "lm_head"]
@@ -26,8 +27,6 @@ _EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up
 
 
 def _quantize_rows(w):
-    import harness.formats as hf
-
     q = hf.quantize(w.float(), "mxfp4", scale_mode=SCALE_MODE, rounding="rne")
     packed = hf.pack_fp4(q.codes)
     return packed.reshape(*q.scales.shape, -1), q.scales

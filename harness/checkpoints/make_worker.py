@@ -10,11 +10,12 @@ import importlib
 import json
 import sys
 from pathlib import Path
+from harness.checkpoints import producers
+from harness.models import source
 
 
 def main(argv) -> int:
     producer, scheme, out_dir, model_dir = argv
-    from . import producers, source
 
     maker = importlib.import_module(producers.get(producer).maker)
     details = maker.make(scheme, Path(out_dir), Path(model_dir), source.calibration_texts())

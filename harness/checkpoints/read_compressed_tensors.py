@@ -17,8 +17,9 @@ import torch
 import harness.formats as hf
 from harness.schemes import get_scheme
 
-from .errors import CheckpointFormatError
-from .stacking import collect, fetch, stacked
+from harness.checkpoints.errors import CheckpointFormatError
+from harness.checkpoints.stacking import collect, fetch, stacked
+from harness.moe import loaders
 
 FORMAT = "compressed-tensors"
 # compressed-tensors "format" -> (harness weight format, harness scheme, block size, scale dtype name)
@@ -84,8 +85,6 @@ def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
 
 
 def quant_config(tensors: dict, hscheme: str):
-    from harness.moe import loaders
-
     if get_scheme(hscheme).two_level:
         return loaders.load_compressed_tensors_nvfp4(tensors)
     return loaders.load_ocp_mx({"w13_weight": tensors["w13_weight_packed"], "w13_weight_scale": tensors["w13_weight_scale"],

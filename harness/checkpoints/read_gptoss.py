@@ -12,8 +12,9 @@ import re
 
 import torch
 
-from .errors import CheckpointFormatError
-from .files import check_tensor
+from harness.checkpoints.errors import CheckpointFormatError
+from harness.checkpoints.files import check_tensor
+from harness.moe import loaders
 
 FORMAT = "gpt-oss"
 _KEY = re.compile(r"^(?P<block>.+)\.experts\.(?P<proj>gate_up_proj|down_proj)_(?P<part>blocks|scales|bias)$")
@@ -70,6 +71,4 @@ def block_tensors(files, block: str, names: dict, hscheme: str) -> dict:
 
 
 def quant_config(tensors: dict, hscheme: str):
-    from harness.moe import loaders
-
     return loaders.load_ocp_mx(tensors, scheme=hscheme)

@@ -14,8 +14,9 @@ import torch
 
 from harness.schemes import NVFP4
 
-from .errors import CheckpointFormatError
-from .stacking import collect, fetch, stacked
+from harness.checkpoints.errors import CheckpointFormatError
+from harness.checkpoints.stacking import collect, fetch, stacked
+from harness.moe import loaders
 
 FORMAT = "modelopt"
 
@@ -54,6 +55,4 @@ def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
 
 
 def quant_config(tensors: dict, hscheme: str):
-    from harness.moe import loaders
-
     return loaders.load_modelopt_nvfp4(tensors)

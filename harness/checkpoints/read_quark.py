@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from .errors import CheckpointFormatError
-from .stacking import collect, fetch, stacked
+from harness.checkpoints.errors import CheckpointFormatError
+from harness.checkpoints.stacking import collect, fetch, stacked
+from harness.moe.schemes import get_scheme
+from harness.moe import loaders
+import harness.formats as hf
 
 FORMAT = "quark"
 # quark weight dtype -> (harness weight format, harness scheme, activation dtype or None)
@@ -36,8 +39,6 @@ def _fail(files, field, expected):
 
 
 def _check_mx(files, field, spec, dtype, dynamic):
-    from harness.moe.schemes import get_scheme
-
     want = {"dtype": dtype, "qscheme": "per_group", "group_size": 32, "scale_format": "e8m0", "is_dynamic": dynamic,
             "ch_axis": -1}
     if dynamic:
@@ -90,15 +91,16 @@ def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
 def _unpack(files, block, e, proj, w, s, wfmt):
     """Weight as the harness loader takes it: fp4 packed uint8 [N, K/2] (low
     nibble first), other formats one code per byte [N, K]."""
-    n, k = s.shape[0], s.shape[1] * 32
+    el = hf.get_format(wfmt).element
+    n, k = s.shape[0], s.shape[1] * hf.get_format(wfmt).block_size
     name = f"{block}.experts.{e}.{proj} weight"
-    if wfmt == "mxfp4":
+    if el.width == 4:
         if w.dtype != torch.uint8 or tuple(w.shape) != (n, k // 2):
             raise CheckpointFormatError(files.folder, name, f"uint8 [{n}, {k // 2}] packed fp4, got {w.dtype} {tuple(w.shape)}")
         return w
-    if wfmt == "mxfp8_e4m3":
-        if w.dtype not in (torch.uint8, torch.float8_e4m3fn) or tuple(w.shape) != (n, k):
-            raise CheckpointFormatError(files.folder, name, f"float8_e4m3fn or uint8 [{n}, {k}], got {w.dtype} {tuple(w.shape)}")
+    if el.width == 8:
+        if w.dtype not in (torch.uint8, getattr(torch, el.torch_dtype)) or tuple(w.shape) != (n, k):
+            raise CheckpointFormatError(files.folder, name, f"{el.torch_dtype} or uint8 [{n}, {k}], got {w.dtype} {tuple(w.shape)}")
         return w
     if w.dtype == torch.uint8 and tuple(w.shape) == (n, k * 3 // 4):
         return unpack_fp6(w)
@@ -120,6 +122,4 @@ def unpack_fp6(w: torch.Tensor) -> torch.Tensor:
 
 
 def quant_config(tensors: dict, hscheme: str):
-    from harness.moe import loaders
-
     return loaders.load_ocp_mx(tensors, scheme=hscheme)

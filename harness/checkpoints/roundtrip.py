@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import detect, files as cfiles, producer_dequant
-from .load import load_checkpoint
+from harness.checkpoints import detect, files as cfiles, producer_dequant
+from harness.checkpoints.load import load_checkpoint
+from harness.moe.experts import make_experts
+from harness.checkpoints.files import PROJ
 
 # format -> (relative bound in ulp of the producer's value, why); None = bit for bit
 BOUNDS = {"modelopt": (3, "ModelOpt x*fl(s*ws2) vs harness x*fl(s/fl(1/ws2)): <= 3 ulp")}
@@ -85,8 +87,6 @@ def compare_tensor(name: str, harness: torch.Tensor, producer: torch.Tensor, sou
 
 
 def _harness_weights(qc):
-    from harness.moe.experts import make_experts
-
     return make_experts(qc).dequantize_weights()
 
 
@@ -113,7 +113,6 @@ def _source_weights(base_dir):
         return {}
     from safetensors.torch import load_file
 
-    from .files import PROJ
 
     out = {}
     for k, v in load_file(str(cfiles.Path(base_dir) / "model.safetensors")).items():

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .errors import CheckpointFormatError
-from .files import CheckpointFiles, check_tensor
+from harness.checkpoints.errors import CheckpointFormatError
+from harness.checkpoints.files import CheckpointFiles, check_tensor
 
 
 def fetch(files: CheckpointFiles, block: str, experts: dict, e: int, proj: str, suffix: str, *,

@@ -34,10 +34,28 @@ import torch
 
 import harness.formats as hf
 
-from .shapes import GiB, Shape, get_shape
+from harness.models.shapes import GiB, Shape, get_shape
+from harness.moe.schemes import get_scheme
+from harness.models import tokenizer as tok
 
-SCHEMES = {"nvfp4": ("nvfp4", 16, "nvfp4-pack-quantized"), "mxfp4": ("mxfp4", 32, "mxfp4-pack-quantized")}
-HARNESS_SCHEME = {"nvfp4": "nvfp4", "mxfp4": "w_mxfp4_a_mxfp4"}
+# `--scheme` -> the harness scheme row written; the weight format, its block
+# size and the compressed-tensors format name ("<weight format>-pack-quantized")
+# are read from that row.
+SCHEMES = {"nvfp4": "nvfp4", "mxfp4": "w_mxfp4_a_mxfp4"}
+
+
+def weight_format(scheme: str) -> str:
+    """The harness.formats row of the scheme's weights."""
+    return get_scheme(SCHEMES[scheme]).weight_fmt
+
+
+def block_size(scheme: str) -> int:
+    return hf.get_format(weight_format(scheme)).block_size
+
+
+def ct_format(scheme: str) -> str:
+    """The compressed-tensors format name of the scheme's weights."""
+    return f"{weight_format(scheme)}-pack-quantized"
 STD = 0.02
 ACT_AMAX = 8.0  # nvfp4 input_global_scale = 448*6 / ACT_AMAX: a stated value, not calibrated
 SYNTH_KEY = "harness_synthetic"
@@ -77,13 +95,13 @@ def outer_tensors(shape: Shape) -> list[tuple[str, tuple, str]]:
 def quantization_config(shape: Shape, scheme: str) -> dict:
     """quantization_config as compressed-tensors serializes it (config_groups,
     format, ignore, quant_method, quantization_status)."""
-    _, block, fmt = SCHEMES[scheme]
+    block, fmt = block_size(scheme), ct_format(scheme)
     gate, up, down = expert_projections(shape)
     moe = "block_sparse_moe" if shape.family == "mixtral" else "mlp"
     targets = [rf"re:.*{moe}\.experts\.\d+\.({gate}|{up}|{down})$"]
     fp4 = dict(num_bits=4, type="float", symmetric=True, group_size=block, block_structure=None,
                actorder=None, observer_kwargs={})
-    if hf.get_format(SCHEMES[scheme][0]).has_global_scale:
+    if hf.get_format(weight_format(scheme)).has_global_scale:
         weights = dict(fp4, strategy="tensor_group", dynamic=False, observer="static_minmax",
                        scale_dtype="torch.float8_e4m3fn", zp_dtype="torch.float8_e4m3fn")
         acts = dict(fp4, strategy="tensor_group", dynamic="local", observer="static_minmax",
@@ -106,9 +124,9 @@ def quantization_config(shape: Shape, scheme: str) -> dict:
 def make_config(shape: Shape, scheme: str, seed: int, device: str) -> dict:
     cfg = shape.hf_config()
     cfg["quantization_config"] = quantization_config(shape, scheme)
-    cfg[SYNTH_KEY] = {"shape": shape.name, "scheme": scheme, "harness_scheme": HARNESS_SCHEME[scheme],
+    cfg[SYNTH_KEY] = {"shape": shape.name, "scheme": scheme, "harness_scheme": SCHEMES[scheme],
                       "seed": seed, "rng_device": device, "std": STD,
-                      "activation_amax": ACT_AMAX if hf.get_format(SCHEMES[scheme][0]).has_global_scale else None,
+                      "activation_amax": ACT_AMAX if hf.get_format(weight_format(scheme)).has_global_scale else None,
                       "weights": "normal(0, std) per tensor, generator seeded by (seed, crc32(name)); norms 1"}
     return cfg
 
@@ -125,16 +143,13 @@ def random_normal(name: str, size: tuple, seed: int, device: str) -> torch.Tenso
 
 def expert_tensors(shape: Shape, scheme: str, layer: int, expert: int, seed: int, device: str) -> dict:
     """The quantized gate/up/down Linear tensors of one expert (compressed-tensors names)."""
-    from harness.moe.schemes import get_scheme
-
-    fmt, _, _ = SCHEMES[scheme]
     base = f"{moe_prefix(shape, layer)}.experts.{expert}."
     gate, up, down = expert_projections(shape)
     H, I = shape.hidden, shape.moe_intermediate
     ws = {n: random_normal(base + n + ".weight", size, seed, device)
           for n, size in ((gate, (I, H)), (up, (I, H)), (down, (H, I)))}
     out = {}
-    fmt = SCHEMES[scheme][0]
+    fmt = weight_format(scheme)
     if hf.get_format(fmt).has_global_scale:
         fused = hf.nvfp4_global_scale(torch.maximum(ws[gate].abs().amax(), ws[up].abs().amax()))
         act = hf.nvfp4_global_scale(torch.tensor(ACT_AMAX, device=device))
@@ -146,7 +161,7 @@ def expert_tensors(shape: Shape, scheme: str, layer: int, expert: int, seed: int
             out[base + n + ".weight_global_scale"] = gs.reshape(1).to(torch.float32).clone()
             out[base + n + ".input_global_scale"] = act.reshape(1).to(torch.float32).clone()
     else:
-        mode = get_scheme(HARNESS_SCHEME[scheme]).scale_mode
+        mode = get_scheme(SCHEMES[scheme]).scale_mode
         for n, w in ws.items():
             q = hf.quantize(w, fmt, scale_mode=mode)
             out[base + n + ".weight_packed"] = hf.pack_fp4(q.codes)
@@ -181,12 +196,11 @@ def write(shape_name: str, scheme: str, out, seed: int = 0, device: str | None =
     """Write the checkpoint into `out` (created; must be empty). Returns a summary."""
     from safetensors.torch import save_file
 
-    from harness.lmeval import tokenizer as tok
 
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     shape = get_shape(shape_name)
-    if shape.hidden % SCHEMES[scheme][1] or shape.moe_intermediate % SCHEMES[scheme][1]:
+    if shape.hidden % block_size(scheme) or shape.moe_intermediate % block_size(scheme):
         raise ValueError(f"{shape.name}: hidden and moe_intermediate must be multiples of the {scheme} block")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(out)

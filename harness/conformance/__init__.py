@@ -12,9 +12,9 @@ bench conform`), check (the pytest plugin's `conformance.check`), adapters/
 (shipped implementations: reference, harness-triton, torchao, compressed-tensors,
 amd-quark, nvidia-modelopt, vLLM).
 """
-from .protocol import STAGES, Implementation, Unavailable
-from .registry import GROUP, available_names, get_implementation, register_implementation
-from .runner import run_conformance
+from harness.conformance.protocol import STAGES, Implementation, Unavailable
+from harness.conformance.registry import GROUP, available_names, get_implementation, register_implementation
+from harness.conformance.runner import run_conformance
 
 __all__ = ["GROUP", "STAGES", "Implementation", "Unavailable", "available_names", "get_implementation",
            "register_implementation", "run_conformance"]

@@ -10,9 +10,9 @@ import torch
 
 import harness.formats as hf
 
-from . import divergences as dv
-from .protocol import Implementation
-from .runner import run_conformance
+from harness.conformance import divergences as dv
+from harness.conformance.protocol import Implementation
+from harness.conformance.runner import run_conformance
 
 _ALL_ARGS = ("x", "fmt", "scale_mode", "rounding", "global_scale")
 

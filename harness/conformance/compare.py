@@ -23,10 +23,10 @@ import torch
 import harness.formats as hf
 from harness.formats.spec import E4M3
 
-from . import divergences as dv
-from . import verdict as vd
-from .protocol import STAGES, Implementation
-from .shrink import shrink_block
+from harness.conformance import divergences as dv
+from harness.conformance import verdict as vd
+from harness.conformance.protocol import STAGES, Implementation
+from harness.conformance.shrink import shrink_block
 
 _INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 

@@ -17,7 +17,10 @@ from packaging.version import InvalidVersion, Version
 import harness.formats as hf
 from harness.formats.spec import E4M3
 
-from .protocol import STAGES
+from harness.conformance.protocol import STAGES
+from harness.formats.scales import e4m3_encode
+from harness.formats import minifloat
+from harness.conformance import exact
 
 REGISTRY_PATH = Path(__file__).with_name("divergences.yaml")
 _FIELDS = {"id", "implementation", "versions", "scale_kind", "stages", "modes", "dtypes", "match",
@@ -81,7 +84,6 @@ def nvfp4_amax_divided_by_six(case: BlockCase) -> bool:
     (the convention) and fl(fl(amax / 6) * gs) (amax divided by 6 first)."""
     if not all(math.isfinite(v) for v in case.xs):
         return False
-    from harness.formats.scales import e4m3_encode
 
     amax = _amax_f32(case)
     g = torch.tensor(1.0 if case.gs is None else case.gs, dtype=torch.float32)
@@ -103,7 +105,6 @@ def nvfp4_divides_by_block_scale(case: BlockCase) -> bool:
     reference's block scale s."""
     if not all(math.isfinite(v) for v in case.xs):
         return False
-    from harness.formats import minifloat
 
     spec = hf.get_format(case.fmt)
     s = torch.tensor(hf.decode_value(E4M3, case.ref_scale), dtype=torch.float32)
@@ -155,7 +156,6 @@ def log2_in_input_dtype_moves_exponent(case: BlockCase) -> bool:
     high), just above it falls back onto it (ceil one low)."""
     if case.mode not in ("floor", "ceil") or not _finite_nonzero(case):
         return False
-    from . import exact
 
     amax = _exact_amax(case)
     l2 = torch.log2(torch.tensor(float(amax), dtype=torch.float64).to(case.dtype))
@@ -169,7 +169,6 @@ def mx_scale_underflows_input_dtype(case: BlockCase) -> bool:
     dtype's smallest subnormal, so a scale computed in that dtype is 0."""
     if case.mode not in ("floor", "ceil") or not _finite_nonzero(case):
         return False
-    from . import exact
 
     mbits, emin, _ = exact.FLOAT_LAYOUT[case.dtype]
     e = exact.mx_shared_exponent(_exact_amax(case), hf.get_format(case.fmt), case.mode)
@@ -181,7 +180,6 @@ def mx_shared_exponent_below_e8m0(case: BlockCase) -> bool:
     spec clamps the byte to 0; an implementation keeping 2^e is finer)."""
     if not _finite_nonzero(case):
         return False
-    from . import exact
 
     return exact.mx_shared_exponent(_exact_amax(case), hf.get_format(case.fmt), case.mode) < -exact.E8M0_BIAS
 
@@ -207,7 +205,6 @@ def even_rounded_amax_overflows_input_dtype(case: BlockCase) -> bool:
         return False
     from fractions import Fraction
 
-    from . import exact
 
     _, _, emax = exact.FLOAT_LAYOUT[case.dtype]
     mbits = hf.get_format(case.fmt).element.mbits
@@ -219,7 +216,6 @@ def amax_below_input_dtype_min_normal(case: BlockCase) -> bool:
     exponent field to read a scale from)."""
     if not all(math.isfinite(v) for v in case.xs):
         return False
-    from . import exact
 
     _, emin, _ = exact.FLOAT_LAYOUT[case.dtype]
     return _exact_amax(case) < 2.0 ** emin
@@ -232,7 +228,6 @@ def rceil_quotient_float32_subnormal(case: BlockCase) -> bool:
     comes out one low."""
     if case.mode != "rceil" or not _finite_nonzero(case):
         return False
-    from . import exact
 
     spec = hf.get_format(case.fmt)
     d = _amax_f32(case) / spec.max_normal

@@ -28,7 +28,7 @@ import torch
 import harness.formats as hf
 from harness.formats.spec import E4M3
 
-from .exact import FLOAT_LAYOUT
+from harness.conformance.exact import FLOAT_LAYOUT
 
 FAMILIES = ("random", "ties", "threshold", "zeros", "subnormal", "maxima", "special")
 _INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}

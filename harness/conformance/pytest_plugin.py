@@ -19,8 +19,8 @@ import pytest
 
 @pytest.fixture
 def conformance():
-    from . import Implementation, run_conformance
-    from .check import check
+    from harness.conformance import Implementation, run_conformance
+    from harness.conformance.check import check
 
     return types.SimpleNamespace(check=check, run=run_conformance, Implementation=Implementation)
 

@@ -11,7 +11,8 @@ import difflib
 import importlib
 from importlib import metadata
 
-from .protocol import Implementation, Unavailable
+from harness.conformance.protocol import Implementation, Unavailable
+from harness.conformance.adapters import SHIPPED
 
 GROUP = "moe_harness.implementations"
 _REGISTERED: dict = {}
@@ -33,8 +34,6 @@ def _entry_points() -> dict:
 
 
 def _shipped() -> dict:
-    from .adapters import SHIPPED
-
     return SHIPPED
 
 

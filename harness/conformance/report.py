@@ -1,12 +1,12 @@
 """Conformance reports: results.json, summary.md and heatmap.png (implementation
-x format x stage, colour = match rate), written atomically with harness.report."""
+x format x stage, colour = match rate), written atomically with harness.util.report."""
 from __future__ import annotations
 
 import math
 
-from harness import report as hr
+from harness.util import report as hr
 
-from .protocol import STAGES
+from harness.conformance.protocol import STAGES
 
 
 def aggregate(data: dict) -> dict:

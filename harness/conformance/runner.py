@@ -9,11 +9,11 @@ import torch
 
 import harness.formats as hf
 
-from . import divergences as dv
-from . import families
-from .compare import Cell, cell_failed, run_cell
-from .protocol import Implementation, Unavailable
-from .registry import get_implementation
+from harness.conformance import divergences as dv
+from harness.conformance import families
+from harness.conformance.compare import Cell, cell_failed, run_cell
+from harness.conformance.protocol import Implementation, Unavailable
+from harness.conformance.registry import get_implementation
 
 # NVFP4 encode-side global scales: powers of two, so a decode-side
 # implementation's 1/gs is exact and the two conventions see the same numbers.

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import harness.formats as hf
 
-from . import exact
+from harness.conformance import exact
 
 IMPL_WRONG = "implementation wrong"
 REF_WRONG = "reference wrong"

@@ -1,7 +1,7 @@
 """The numerics spec (harness.formats): format descriptors, scale codecs,
 fp4 packing and the torch reference quantize / dequantize. Imports nothing
 else of the project."""
-from .global_scale import (
+from harness.formats.global_scale import (
     check_global_scale,
     check_global_scale_kind,
     check_global_scale_values,
@@ -10,9 +10,9 @@ from .global_scale import (
     global_scale_to_modelopt,
     nvfp4_global_scale,
 )
-from .minifloat import decode_lut, decode_value
-from .packing import pack_fp4, unpack_fp4
-from .quant import (
+from harness.formats.minifloat import decode_lut, decode_value
+from harness.formats.packing import pack_fp4, unpack_fp4
+from harness.formats.quant import (
     FLOAT_DTYPES,
     QuantizedTensor,
     block_scale_values,
@@ -21,9 +21,9 @@ from .quant import (
     qdq,
     quantize,
 )
-from .scales import e8m0_to_float, mx_scale_byte, mx_shared_exponent
-from .storage import code_bytes, code_dtypes, scale_bytes, scale_dtypes
-from .validate import (
+from harness.formats.scales import e8m0_to_float, mx_scale_byte, mx_shared_exponent
+from harness.formats.storage import code_bytes, code_dtypes, scale_bytes, scale_dtypes
+from harness.formats.validate import (
     as_global_scale,
     check_code_range,
     check_codes,
@@ -31,7 +31,7 @@ from .validate import (
     check_same_device,
     dequantize_inputs,
 )
-from .spec import (
+from harness.formats.spec import (
     E2M1,
     E2M3,
     E3M2,

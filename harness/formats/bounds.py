@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from . import scales
-from .quant import QuantizedTensor, block_scale_values, dequantize
-from .spec import U32
-from .validate import global_scale_blocks
+from harness.formats import scales
+from harness.formats.quant import QuantizedTensor, block_scale_values, dequantize
+from harness.formats.spec import U32
+from harness.formats.validate import global_scale_blocks
 
 
 def _half_gap(spec, v_abs: torch.Tensor) -> torch.Tensor:

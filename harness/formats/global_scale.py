@@ -14,8 +14,8 @@ import numbers
 
 import torch
 
-from .host import values_readable
-from .spec import NVFP4_GS_NUMERATOR, f32, get_format
+from harness.formats.host import values_readable
+from harness.formats.spec import NVFP4_GS_NUMERATOR, f32, get_format
 
 _F32 = torch.float32
 

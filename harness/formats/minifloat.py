@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from .spec import ElementSpec
+from harness.formats.spec import ElementSpec
 
 
 def decode_value(spec: ElementSpec, code: int) -> float:

@@ -10,10 +10,10 @@ from typing import Optional
 
 import torch
 
-from . import minifloat, scales
-from .storage import code_bytes, scale_bytes
-from .validate import as_global_scale, dequantize_inputs, global_scale_blocks
-from .spec import (
+from harness.formats import minifloat, scales
+from harness.formats.storage import code_bytes, scale_bytes
+from harness.formats.validate import as_global_scale, dequantize_inputs, global_scale_blocks
+from harness.formats.spec import (
     E8M0_NAN,
     ROUNDINGS,
     FormatSpec,

@@ -7,8 +7,8 @@ import math
 
 import torch
 
-from . import minifloat
-from .spec import (
+from harness.formats import minifloat
+from harness.formats.spec import (
     E4M3,
     E8M0_BIAS,
     E8M0_MAX_BYTE,

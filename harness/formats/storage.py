@@ -3,7 +3,7 @@
 Every consumer (reference, kernels, MoE loaders) reads codes and scales as
 raw bytes through `code_bytes` / `scale_bytes`: a float8 tensor is viewed bit
 for bit, never converted by value (an E8M0 scale 0.5 read by value is index
-0, i.e. 2^-127: the -1.17e-38 where -1.0 is right of issue 11). Accepted:
+0, i.e. 2^-127, giving -1.17e-38 where -1.0 is right). Accepted:
 
     scales  uint8, or the float8 dtype of the format's scale kind:
             float8_e8m0fnu (E8M0, MX formats), float8_e4m3fn (E4M3, nvfp4)
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .spec import FormatSpec, get_format
+from harness.formats.spec import FormatSpec, get_format
 
 
 def _dtypes(*names) -> tuple:

@@ -17,10 +17,10 @@ from typing import Optional
 
 import torch
 
-from .global_scale import check_global_scale_kind, check_global_scale_values
-from .host import values_readable
-from .spec import FormatSpec, get_format
-from .storage import code_bytes, scale_bytes
+from harness.formats.global_scale import check_global_scale_kind, check_global_scale_values
+from harness.formats.host import values_readable
+from harness.formats.spec import FormatSpec, get_format
+from harness.formats.storage import code_bytes, scale_bytes
 
 _F32 = torch.float32
 
@@ -125,7 +125,8 @@ def check_scales_shape(spec: FormatSpec, codes_shape, scales_shape) -> None:
                          f"{tuple(codes_shape)} (expected {want})")
 
 
-def dequantize_inputs(codes, scales, global_scale, fmt, read_values: Optional[bool] = None):
+def dequantize_inputs(codes, scales, global_scale, fmt, read_values: Optional[bool] = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """(codes uint8, scales uint8, global scale float32 on the codes' device
     or None) of a QuantizedTensor's fields, checked: storage dtypes, shapes,
     devices, and where readable the code range and global scale values.

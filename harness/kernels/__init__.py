@@ -24,8 +24,8 @@ ops moe_harness::*), api (these functions), fused_gemm and fused_act (the
 fused MoE backend), bench (`moe-harness bench kernels`). The ahead-of-time
 compile check: registry, launch_aot, fused_aot, inventory, targets.
 """
-from .api import BACKENDS, dequantize, dequantize_weights, qdq, quantize, quantize_packed, resolve_backend
-from .ops import OPS, dequantize_op, qdq_op, quantize_op
+from harness.kernels.api import BACKENDS, dequantize, dequantize_weights, qdq, quantize, quantize_packed, resolve_backend
+from harness.kernels.ops import OPS, dequantize_op, qdq_op, quantize_op
 
 __all__ = [
     "BACKENDS",

@@ -27,7 +27,7 @@ from harness.formats.validate import (
 )
 from harness.formats.validate import global_scale_rows as rows_global_scale  # re-exported
 
-from .ops import dequantize_op, qdq_op, quantize_op
+from harness.kernels.ops import dequantize_op, qdq_op, quantize_op
 
 BACKENDS = ("auto", "triton", "torch")
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from .launch import triton_cdiv
-from .loader import kernels
+from harness.kernels.launch import triton_cdiv
+from harness.kernels.loader import kernels
 
 BLOCK = 1024
 # Launch constexprs and compile options (fused_aot.py compiles the same).

@@ -53,7 +53,7 @@ Contract (what the suites test):
    difference is (2). a2 QDQ is discontinuous: a GEMM1 difference within (2)
    can move an a2 element across a rounding boundary, so end-to-end
    comparisons must allow one a2 quantization step per element, or compare
-   per GEMM with the bound (harness.moe.checks does it stage by stage).
+   per GEMM with the bound (harness.commands.run.moe does it stage by stage).
 
 Modes (`moe_gemm(mode=...)`): "fused" decodes each weight tile inside the K
 loop (once per BLOCK_M rows of its expert); "predequant" first writes the
@@ -80,9 +80,12 @@ import torch
 import harness.formats as hf
 from harness.formats.spec import U32
 
-from .constants import element_constants
-from .launch import run_kernel, triton_cdiv
-from .loader import kernels
+from harness.kernels.constants import element_constants
+from harness.kernels.launch import run_kernel, triton_cdiv
+from harness.kernels.loader import kernels
+from harness.kernels import moe_align
+from harness.kernels import fused_act
+from harness.formats import scales as _scales
 
 U = U32
 PRECISIONS = ("auto", "ieee", "bf16")
@@ -134,8 +137,6 @@ class FusedWeights:
                 qq = hf.QuantizedTensor(q.codes, q.scales, gs.reshape(-1, 1), spec.name)
                 mult = hf.block_scale_values(qq).contiguous()  # fl32(s / gs[e])
             if "bf16" in precisions:
-                from harness.formats import scales as _scales
-
                 mult_bf16 = _scales.block_scale_decode(spec, q.scales).contiguous()  # s
                 post = (1.0 / gs).contiguous()
         data = hf.pack_fp4(q.codes) if spec.is_fp4 else q.codes.contiguous()
@@ -162,7 +163,7 @@ def resolve_precision(precision: str, scheme, device=None) -> str:
     if device is None or torch.device(device).type != "cuda":
         return "ieee"
     # bf16 where the operands are exact in bf16 (MX x MX) or rescaled exactly (nvfp4)
-    return "bf16" if scheme.two_level or (scheme.act_fmt not in (None, "fp8")) else "ieee"
+    return "bf16" if scheme.two_level or (scheme.act_block_fmt is not None) else "ieee"
 
 
 BLOCK_MS = (16, 32, 64, 128)  # BLOCK_M by rows per expert (the last one for anything above)
@@ -205,8 +206,6 @@ def pair_layout(ids: torch.Tensor, num_experts: int, num_rows: Optional[int] = N
     moe_align.MAX_PAIRS pairs one Triton launch (moe_align.py), else the
     torch ops of sort_pairs. Compute it once per forward and pass it to both
     GEMMs (`moe_gemm(layout=...)`)."""
-    from . import moe_align
-
     bm = block_m or _block_m(ids.shape[0] if num_rows is None else num_rows, num_experts)
     ids = ids.to(torch.int64)
     if moe_align.applies(ids.shape[0], num_experts):
@@ -248,7 +247,7 @@ GPU_CONFIGS = {
                   PACK_JOIN=True, BYTE_DECODE=True, BF16_DECODE=True),
     # "small" for a short K loop (K <= SHORT_K_MAX: Qwen3's GEMM2, K = 768): BLOCK_K
     # 256 leaves 3 iterations there; 128 ran its T=1 / T=16 GEMM 1.29x / 1.08x
-    # faster on an H200 (docs/benchmarks.md, 2026-11-30)
+    # faster on an H200 (docs/benchmarks.md)
     "small_short_k": dict(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3, FAST_DECODE=True, MULT_BCAST=True,
                           PACK_JOIN=True, BYTE_DECODE=True, BF16_DECODE=True),
     # grouped GEMM over already-dequantized (bf16) weights, mode "predequant"
@@ -273,8 +272,8 @@ ROCM_F32_CONFIGS = {
 # scratch, bf16/fp16 checkpoints): compiled as every model runs them (sizes
 # multiples of 16, so Triton vectorises and pipelines deeper), the H200 tiles
 # need 72-96 KiB of LDS on gfx942. The same BLOCK_N with 2 stages (and BLOCK_K
-# 128 below BLOCK_M 64) needs 20-48 KiB there (`moe-harness targets`,
-# 2026-11-30). Chosen to fit, not yet tuned on an MI300X. Code-decoding launches
+# 128 below BLOCK_M 64) needs 20-48 KiB there (`moe-harness targets`).
+# Chosen to fit, not yet tuned on an MI300X. Code-decoding launches
 # (1-byte weights and smaller) keep GPU_CONFIGS on ROCm: <= 64 KiB there.
 ROCM_BF16_FLOAT_CONFIGS = {
     "small": dict(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=2),
@@ -283,7 +282,7 @@ ROCM_BF16_FLOAT_CONFIGS = {
 }
 SHORT_K_MAX = 1024
 # mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows.
-# Measured per GEMM on an H200 (docs/benchmarks.md, 2026-11-30): fused was
+# Measured per GEMM on an H200 (docs/benchmarks.md): fused was
 # 1.09-1.56x faster at 128 and 256 rows per expert (Qwen3 T=2048 / 4096,
 # Mixtral T=1024), predequant 1.07-1.17x faster at 512 on Mixtral (T=2048;
 # Qwen3 T=8192 within 8% either way) and 1.35-1.45x at 1024.
@@ -462,7 +461,6 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         if interpret:
             xk = (xk * g).to(torch.bfloat16)
         else:  # one pass, the same bits (fused_act.scale_to_bf16)
-            from . import fused_act
 
             xk = fused_act.scale_to_bf16(xk, g)
         # the kernel applies post[e] * fl(1 / g) after the dot (no host launches)
@@ -511,11 +509,11 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
 # distinct experts, or P / BLOCK_M blocks, times the N tiles) leave the SMs
 # under-filled gets its K range split, up to MAX_SPLIT_K ways, while each
 # split keeps MIN_K_PER_SPLIT_BLOCKS BLOCK_Ks. Measured on an H200
-# (docs/benchmarks.md, 2026-11-30): Mixtral's GEMM2 at T=1 (128 programs, 56
+# (docs/benchmarks.md): Mixtral's GEMM2 at T=1 (128 programs, 56
 # BLOCK_Ks) runs 1.95-2.57x faster in 4 splits, at T=16 (512 programs) 1.24x
 # (nvfp4) and 0.98x (mxfp4) in 2; a short K loop (Qwen3, 3-8 BLOCK_Ks) or a
-# full grid only got slower split (1.1-2x): the pipeline prologue and the
-# partial sum cost more than the programs gained.
+# full grid only gets slower split (1.1-2x): the pipeline prologue and the
+# partial sum cost more than the programs gain.
 MAX_SPLIT_K = 4
 SPLIT_PROGRAMS_PER_SM = 4
 MIN_K_PER_SPLIT_BLOCKS = 8
@@ -566,7 +564,7 @@ def c_prec(scheme, precision: str) -> float:
     """The c_prec term of contract (2) for a scheme and a resolved precision."""
     if precision == "ieee":
         return 0.0
-    exact = scheme.act_fmt is not None and scheme.act_fmt != "fp8" and not scheme.two_level
+    exact = scheme.act_block_fmt is not None and not scheme.two_level
     return 0.0 if exact else 2.0 ** -7
 
 

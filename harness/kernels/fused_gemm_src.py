@@ -10,7 +10,7 @@ interpreted), like every kernel source.
 import triton
 import triton.language as tl
 
-from .triton_src import F32_BIAS, F32_MANT, F32_SIGN, _decode
+from .triton_src import F32_BIAS, F32_MANT, F32_SIGN, _decode  # relative: within the loaded kind (loader.py)
 
 
 @triton.jit

@@ -12,8 +12,8 @@ import torch
 
 from harness.formats import get_format
 
-from .constants import kernel_constants
-from .loader import kernels
+from harness.kernels.constants import kernel_constants
+from harness.kernels.loader import kernels
 
 # GPU tile: elements per program and warps (bench.py --sweep measures others).
 GPU_TILE_ELEMS = 2048

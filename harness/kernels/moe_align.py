@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from .launch import run_kernel
-from .loader import kernels
+from harness.kernels.launch import run_kernel
+from harness.kernels.loader import kernels
 
 MAX_PAIRS = 128  # [P, P] int32 comparison in one program: 16K elements
 MAX_EXPERTS = 256

@@ -16,7 +16,7 @@ import torch
 
 import harness.formats as hf
 
-from . import launch
+from harness.kernels import launch
 
 NAMESPACE = "moe_harness"
 

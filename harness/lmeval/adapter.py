@@ -28,9 +28,18 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from . import BUNDLED_MODEL_NAME, calibrate, corpus, parallel, tiny_model
-from .builder import SCHEMES, builder_source, emulation_builder, needs_activation_scales
-from .moe_swap import ORACLE_PREFIX, Swapper
+from harness.models.tiny_model import BUNDLED_MODEL_NAME
+from harness.emulation import calibrate
+from harness.models import corpus
+from harness.emulation import parallel
+from harness.models import tiny_model
+from harness.lmeval.schemes import SCHEMES
+from harness.emulation.builder import builder_source, emulation_builder, needs_activation_scales
+from harness.emulation.moe_swap import ORACLE_PREFIX, Swapper
+from harness.util.offline import enter_offline, set_threads
+from harness.emulation import synthetic_loader
+from harness.moe.schemes import get_scheme
+from harness.emulation import checkpoint_blocks
 
 
 def auto_device() -> str:
@@ -83,7 +92,6 @@ class MoEEmuLM(TemplateLM):
         super().__init__()
         from transformers import AutoTokenizer
 
-        from .offline import enter_offline, set_threads
 
         enter_offline(os.environ.get("HARNESS_CACHE_DIR"))
         if scheme not in SCHEMES:
@@ -120,7 +128,7 @@ class MoEEmuLM(TemplateLM):
             self._loaded = None
         self.activation_scales = None
         self.calibration_info: dict = {}
-        # a producer checkpoint whose experts ARE the quantized scheme (harness/lmeval/checkpoint_blocks.py)
+        # a producer checkpoint whose experts ARE the quantized scheme (harness/emulation/checkpoint_blocks.py)
         self.checkpoint, self.checkpoint_format = checkpoint, checkpoint_format
         self.scheme = None
         self.set_scheme(scheme)
@@ -128,7 +136,6 @@ class MoEEmuLM(TemplateLM):
     def _load_model(self, dtype, device_map, max_memory_per_gpu):
         from transformers import AutoModelForCausalLM
 
-        from harness.checkpoints import synthetic_loader
 
         if synthetic_loader.is_compressed_tensors(self.model_dir):
             return self._load_quantized(dtype, device_map)
@@ -143,8 +150,6 @@ class MoEEmuLM(TemplateLM):
     def _load_quantized(self, dtype, device_map):
         """A compressed-tensors checkpoint: experts built from its quantized
         tensors, layer by layer on the layers' devices (dense experts never exist)."""
-        from harness.checkpoints import synthetic_loader
-
         dt = torch.bfloat16 if dtype == "auto" else dtype
         if not self.parallelize:
             devices, dm = [str(self._device)], None
@@ -173,7 +178,6 @@ class MoEEmuLM(TemplateLM):
                           f"n_docs={self.calibration_docs})")
             self.activation_scales = calibrate.scales_from_amax(amax)
             self.calibration_info = {"source": source, "amax": amax}
-        from harness.moe.schemes import get_scheme
 
         return calibrate.scales_from_amax(self.calibration_info["amax"], get_scheme(scheme).act_fmt)
 
@@ -194,8 +198,6 @@ class MoEEmuLM(TemplateLM):
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
         if scheme not in self.swapper.built and self.checkpoint is not None and scheme != "bf16":
-            from . import checkpoint_blocks
-
             got, mods = checkpoint_blocks.build(self.swapper, self.checkpoint, self.checkpoint_format, self.backend_name)
             if got != scheme:
                 raise ValueError(f"{self.checkpoint}: the checkpoint is {got}, not scheme {scheme}")

@@ -13,24 +13,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import expected
-from .evaluate import CONFIG_DIR
-
-
-def config_name(producer: str, scheme: str) -> str:
-    return f"producer-{producer}-{scheme}.yaml"
-
-
-def config_paths() -> list[Path]:
-    """The config of every producer x scheme of the producer table, in its order."""
-    from harness.checkpoints import producers
-
-    return [CONFIG_DIR / config_name(name, s) for name, p in producers.PRODUCERS.items() for s in p.schemes]
+from harness.lmeval import expected
+from harness.lmeval.configs import CONFIG_DIR, config_name
+from harness.checkpoints import producers
+from harness.util.report import ReportDir
+from harness.lmeval.config import load
+from harness.lmeval.evaluate import run_config
+from harness.lmeval.report import write_lm_eval_report
 
 
 def _checkpoint_lines(producer: str, scheme: str) -> list[str]:
-    from harness.checkpoints import producers
-
     p = producers.get(producer)
     return ["  checkpoint:    # the experts come from this producer's checkpoint (harness/lmeval/checkpoint_config.py)",
             f"    format: {p.fmt}",
@@ -39,8 +31,6 @@ def _checkpoint_lines(producer: str, scheme: str) -> list[str]:
 
 
 def render(producer: str, scheme: str, th, desc: str) -> str:
-    from harness.checkpoints import producers
-
     hscheme = producers.harness_scheme(producer, scheme)
     lines = expected.render(hscheme, th, desc).split("\n")
     lines[0] = (f"# tiny-moe, {producer} {scheme} checkpoint (made by `moe-harness checkpoint make --producer {producer} "
@@ -58,11 +48,7 @@ def render(producer: str, scheme: str, th, desc: str) -> str:
 def _measure(args) -> int:
     import os
 
-    from harness.report import ReportDir
 
-    from .config import load
-    from .evaluate import run_config
-    from .report import write_lm_eval_report
 
     cfg = load(CONFIG_DIR / config_name(args.producer, args.scheme))
     rd = ReportDir.create(f"{args.producer}-{args.scheme}-{os.environ.get('ATEN_CPU_CAPABILITY', 'auto')}",
@@ -74,8 +60,6 @@ def _measure(args) -> int:
 
 
 def _render(args) -> int:
-    from harness.checkpoints import producers
-
     hscheme = producers.harness_scheme(args.producer, args.scheme)
     runs, labels = [], []
     for item in args.src:
@@ -97,8 +81,6 @@ def _render(args) -> int:
 
 
 def _bootstrap(args) -> int:
-    from harness.checkpoints import producers
-
     for name, p in producers.PRODUCERS.items():
         for s in p.schemes:
             out = Path(args.out) / config_name(name, s)

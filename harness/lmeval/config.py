@@ -20,7 +20,7 @@ The harness adds one optional mapping, `harness:` (unknown keys in it are
 errors), with the scheme, the baseline scheme, model location and gates.
 Every error names the file and the field. Every number must be finite and
 in its range: a NaN compares false with everything and would disable a gate.
-The file is read by harness.safe_yaml (size, depth, node and alias limits).
+The file is read by harness.util.safe_yaml (size, depth, node and alias limits).
 Nothing here imports torch or lm-eval: `eval --dry-run` stays fast.
 """
 
@@ -32,9 +32,14 @@ import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import devices, safe_yaml
+from harness.util import devices
+from harness.util import safe_yaml
 
-from .schemes import DTYPES, EXPERT_BACKENDS, SCHEMES
+from harness.checkpoints import detect, producers
+from harness.lmeval import task_names
+from harness.models import tiny_model
+from harness.models.tiny_model import BUNDLED_MODEL_NAME
+from harness.lmeval.schemes import DTYPES, EXPERT_BACKENDS, SCHEMES
 
 DEFAULT_RTOL = 0.08
 VLLM_KEYS = {
@@ -130,7 +135,7 @@ class AccuracyConfig:
     kl: KLSpec | None = None
     seed: int = 0
     description: str = ""
-    checkpoint: object = None           # checkpoint_config.CheckpointSpec: experts from a producer checkpoint
+    checkpoint: object = None           # CheckpointSpec: experts from a producer checkpoint
     vllm_extra: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # facts about valid input (tasks not bundled)
@@ -138,6 +143,44 @@ class AccuracyConfig:
     @property
     def task_names(self) -> list[str]:
         return [t.name for t in self.tasks]
+
+
+CHECKPOINT_KEYS = {"format", "producer", "producer_scheme", "subdir"}
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    format: str
+    producer: str | None = None
+    producer_scheme: str | None = None
+    subdir: str | None = None
+
+
+def _parse_checkpoint(path, raw, scheme, model_dir_env) -> CheckpointSpec | None:
+    """The `harness.checkpoint` section (see harness.lmeval.checkpoint_config)."""
+    if raw is None:
+        return None
+    m = _mapping(path, "harness.checkpoint", raw, CHECKPOINT_KEYS)
+    fmt = _str(path, "harness.checkpoint.format", m.get("format"))
+    if fmt not in detect.FORMAT_NAMES:
+        raise ConfigError(path, "harness.checkpoint.format", f"expected one of {', '.join(detect.FORMAT_NAMES)}, got {fmt!r}")
+    spec = CheckpointSpec(fmt, *(_str(path, f"harness.checkpoint.{k}", m.get(k), allow_none=True)
+                                 for k in ("producer", "producer_scheme", "subdir")))
+    if (spec.producer is None) == (spec.subdir is None):
+        raise ConfigError(path, "harness.checkpoint", "give either producer + producer_scheme (tiny model) or subdir")
+    if spec.producer is not None:
+        try:
+            p = producers.get(spec.producer)
+            want = producers.harness_scheme(spec.producer, spec.producer_scheme)
+        except ValueError as e:
+            raise ConfigError(path, "harness.checkpoint", str(e)) from None
+        if p.fmt != fmt:
+            raise ConfigError(path, "harness.checkpoint.format", f"{spec.producer} writes {p.fmt}, not {fmt}")
+        if scheme != want:
+            raise ConfigError(path, "harness.scheme", f"{spec.producer} {spec.producer_scheme} is evaluated as {want}, got {scheme}")
+    elif model_dir_env is None:
+        raise ConfigError(path, "harness.checkpoint.subdir", "needs harness.model_dir_env (the folder holding it)")
+    return spec
 
 
 def _metric_name(name: str) -> str:
@@ -320,9 +363,7 @@ def parse(data, path="<config>") -> AccuracyConfig:
     _check_paired_names(path, cfg)
     cfg.kl = _parse_kl(path, gates.get("kl"), cfg)
     if "checkpoint" in h:
-        from . import checkpoint_config
-
-        cfg.checkpoint = checkpoint_config.parse(path, h["checkpoint"], cfg.scheme, cfg.model_dir_env)
+        cfg.checkpoint = _parse_checkpoint(path, h["checkpoint"], cfg.scheme, cfg.model_dir_env)
     return cfg
 
 
@@ -406,7 +447,6 @@ def check_tasks(cfg: AccuracyConfig) -> None:
     A name neither knows is an error. A name only lm-eval knows (vLLM's configs:
     gsm8k, ...) gets a note: the config is valid, but the harness loads bundled
     tasks only, so a run that finds the checkpoint would fail on it."""
-    from . import task_names
 
     local = task_names.bundled()
     other = [n for n in cfg.task_names if n not in local]
@@ -448,8 +488,6 @@ class ModelNotPresent(RuntimeError):
 
 def resolve_model_dir(cfg: AccuracyConfig, override: str | None = None) -> str:
     """The local folder to load, or ModelNotPresent naming what was looked for."""
-    from . import BUNDLED_MODEL_NAME, tiny_model
-
     if override:
         if override == BUNDLED_MODEL_NAME:
             return str(tiny_model.bundled_dir())

@@ -13,15 +13,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import gates, tasks
-from .config import AccuracyConfig, ModelNotPresent, load, resolve_model_dir
+from harness.lmeval import gates, tasks
+from harness.lmeval.config import AccuracyConfig, ModelNotPresent, load, resolve_model_dir
+from harness.lmeval.checkpoint_config import resolve_or_result
+from harness.lmeval.kl import mean_token_kl
+from harness.lmeval.schemes import SCHEMES
+from harness.lmeval.configs import config_paths, tiny_config_path
+from harness.lmeval.report import items_for, write_lm_eval_report
+from harness.lmeval import adapter  # adapter.MoEEmuLM looked up per call: tests replace it
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFIG_DIR = REPO_ROOT / "suites" / "lm_eval" / "configs"
-
-
-def tiny_config_path(scheme: str) -> Path:
-    return CONFIG_DIR / f"tiny-{scheme}.yaml"
 
 
 @dataclass
@@ -31,8 +31,6 @@ class Session:
     disable_tqdm: bool = False
 
     def lm(self, model_dir: str, cfg: AccuracyConfig, scheme: str, checkpoint: str | None = None):
-        from .adapter import MoEEmuLM
-
         key = (model_dir, cfg.dtype, cfg.device, cfg.backend, checkpoint) + (("parallelize",) if cfg.parallelize else ())
         if key not in self.lms:
             calib = cfg.calibration or {}
@@ -46,7 +44,7 @@ class Session:
                 kwargs["calibration_docs"] = calib["docs"]
             if "seed" in calib:
                 kwargs["calibration_seed"] = calib["seed"]
-            self.lms[key] = MoEEmuLM(**kwargs)
+            self.lms[key] = adapter.MoEEmuLM(**kwargs)
         lm = self.lms[key]
         lm.set_scheme(scheme)
         return lm
@@ -101,15 +99,6 @@ def _paired_metrics(cfg: AccuracyConfig, base_out: dict, scheme_out: dict) -> li
     return chosen
 
 
-def items_for(limit, available: int) -> int:
-    """How many items lm-eval takes for `limit` (a count, or a fraction 0 < limit < 1, rounded up as lm-eval does)."""
-    if not limit:
-        return available
-    if isinstance(limit, float) and limit < 1:
-        return math.ceil(available * limit)
-    return min(int(limit), available)
-
-
 def _rolling_texts(cfg: AccuracyConfig, limit) -> list[str]:
     """The KL task's documents, as lm-eval renders them (doc_to_target), first `limit`."""
     from lm_eval.tasks import get_task_dict
@@ -146,8 +135,6 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
                 "details": {"scheme": scheme}, "time": 0.0, "raw": {}}
     checkpoint = None
     if cfg.checkpoint is not None:
-        from .checkpoint_config import resolve_or_result
-
         checkpoint, early = resolve_or_result(cfg, name, scheme)
         if early is not None:
             return early
@@ -189,8 +176,6 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
                                     seed=p.seed, method=p.method))
     kl_info = oracle_info = None
     if cfg.kl is not None:
-        from .kl import mean_token_kl
-
         t = time.perf_counter()
         texts = _rolling_texts(cfg, limit)
         bd = max(8, cfg.batch_size)
@@ -302,20 +287,14 @@ def run_tiny_all_schemes(report_dir, limit: int | None = 200, schemes=None, sess
     <report_dir>/lm_eval/ (raw results, summary.md, plot) after each config when
     `write`. Each config is one check: `on_result(result)` hears it the moment it
     finishes, so an interrupted run keeps the configs that finished."""
-    from .builder import SCHEMES
-
     paths = [tiny_config_path(s) for s in (schemes or SCHEMES)]
     if producers:
-        from .checkpoint_expected import config_paths
-
         paths += config_paths()
     session = session or Session()
     out = []
     for path in paths:
         out.append(run_config(load(path), session=session, limit=limit, progress=progress))
         if write and report_dir is not None:
-            from .report import write_lm_eval_report
-
             write_lm_eval_report(report_dir, out, title="lm-eval: tiny-moe, every scheme"
                                  + (" and producer checkpoint" if producers else ""))
         if on_result is not None:

@@ -39,10 +39,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .builder import SCHEMES
-from .evaluate import CONFIG_DIR
-from .gates import one_sided as one_sided_gate
-from .gates import paired as paired_gate
+from harness.lmeval.schemes import SCHEMES
+from harness.lmeval.configs import CONFIG_DIR
+from harness.lmeval.gates import one_sided as one_sided_gate
+from harness.lmeval.gates import paired as paired_gate
 
 KL_FACTOR = 1.10
 RTOL = 0.05

@@ -10,7 +10,7 @@
 
 from lm_eval.__main__ import cli_evaluate
 
-from . import adapter  # noqa: F401  (registers moe-emu)
+from harness.lmeval import adapter  # noqa: F401  (registers moe-emu)
 
 if __name__ == "__main__":
     cli_evaluate()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from harness.util.report import ReportDir
+from harness.lmeval.evaluate import run_tiny_all_schemes
 
 
 def main(argv=None) -> int:
@@ -15,9 +17,7 @@ def main(argv=None) -> int:
     p.add_argument("--schemes", default=None, help="comma-separated subset")
     p.add_argument("--report-root", default="reports")
     args = p.parse_args(argv)
-    from harness.report import ReportDir
 
-    from .evaluate import run_tiny_all_schemes
 
     rd = ReportDir.create("tiny-all", root=args.report_root)
     t0 = time.perf_counter()

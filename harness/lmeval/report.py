@@ -1,7 +1,7 @@
 """Writes <report_dir>/lm_eval/: raw lm-eval results per run, results.json,
 summary.md and accuracy_kl.png (accuracy per scheme with 95% Wilson intervals,
 KL per scheme against its threshold). Every file is written atomically
-(harness.report)."""
+(harness.util.report)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,16 @@ import io
 import math
 from pathlib import Path
 
-from harness.report import atomic_write_bytes, atomic_write_json, atomic_write_text, to_jsonable
-from .evaluate import items_for
+from harness.util.report import atomic_write_bytes, atomic_write_json, atomic_write_text, to_jsonable
+
+
+def items_for(limit, available: int) -> int:
+    """How many items lm-eval takes for `limit` (a count, or a fraction 0 < limit < 1, rounded up as lm-eval does)."""
+    if not limit:
+        return available
+    if isinstance(limit, float) and limit < 1:
+        return math.ceil(available * limit)
+    return min(int(limit), available)
 
 
 def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:

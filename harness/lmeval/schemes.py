@@ -1,8 +1,6 @@
 """Names a config may use, importable without torch (config validation stays fast)."""
-from harness.schemes import SCHEME_NAMES
+from harness.schemes import EXPERT_BACKENDS, SCHEME_NAMES  # noqa: F401  (EXPERT_BACKENDS: names a config may use)
 
 SCHEMES = ("bf16",) + SCHEME_NAMES  # the baseline, then harness/schemes.py's rows
 QUANTIZED_SCHEMES = SCHEMES[1:]
-# harness.moe.experts.BACKENDS (a test keeps the two equal)
-EXPERT_BACKENDS = ("unfused", "fused")
 DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .routing import route
+from harness.moe.routing import route
 
 
 def bf16_loop_forward(hidden, router_logits, w13, w2, top_k, renormalize=True):

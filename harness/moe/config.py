@@ -13,7 +13,7 @@ import torch
 
 import harness.formats as hf
 
-from .schemes import Scheme, get_scheme
+from harness.moe.schemes import Scheme, get_scheme
 
 
 @dataclass

@@ -17,9 +17,10 @@ import torch
 
 import harness.formats as hf
 
-from . import ops
-from .config import MoEQuantConfig
-from .schemes import NVFP4, get_scheme
+from harness.moe import ops
+from harness.moe.config import MoEQuantConfig
+from harness.moe.schemes import NVFP4, get_scheme
+from harness.kernels import fused_gemm
 
 
 class MoEBackend(enum.Enum):
@@ -133,8 +134,6 @@ def convert_to_ocp_mx_moe_kernel_format(layer, w13, w13_scale, w2, w2_scale, bac
 def _finish(qc: MoEQuantConfig, backend: MoEBackend) -> dict:
     out = {"backend": backend, "quant_config": qc, "kernel_weights": None}
     if backend is MoEBackend.TRITON_FUSED:
-        from harness.kernels import fused_gemm
-
         out["kernel_weights"] = (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
                                  fused_gemm.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))
     return out

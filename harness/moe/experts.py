@@ -29,11 +29,15 @@ from typing import Optional
 
 import torch
 
-from . import ops, quantize_input
-from .activations import get_activation
-from .config import MoEQuantConfig
+from harness.moe import ops, quantize_input
+from harness.moe.activations import get_activation
+from harness.moe.config import MoEQuantConfig
+from harness.kernels import fused_gemm  # Triton only needed for this backend
+from harness.kernels import fused_act  # bitwise the torch op, one pass
+from harness.moe.schemes import BF16
+from harness.schemes import EXPERT_BACKENDS
 
-BACKENDS = ("unfused", "fused")
+BACKENDS = EXPERT_BACKENDS
 
 
 def _grouped_gemm_unfused(x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -95,8 +99,6 @@ class ExpertsBase(torch.nn.Module):
                 ops.dequantize_expert_weights(qc.w2_q, qc.w2_gscale, backend=self.op_backend))
 
     def _make_kernel_weights(self):
-        from harness.kernels import fused_gemm  # Triton only needed for this backend
-
         qc = self.quant_config
         # Only the multipliers of the precision this layer runs (on its weights' device).
         prec = (self._precision(qc.w13_q.codes.device),)
@@ -120,8 +122,6 @@ class ExpertsBase(torch.nn.Module):
 
     def _gemm(self, x, ids, which: int, w_unfused, layout=None, x_row_div: int = 1):
         if self.backend == "fused":
-            from harness.kernels import fused_gemm
-
             a_gscale = None
             if self.scheme.two_level:
                 a_gscale = self.a1_input_scale() if which == 0 else self.a2_input_scale()
@@ -132,8 +132,6 @@ class ExpertsBase(torch.nn.Module):
         return _grouped_gemm_unfused(x, ids, w_unfused[which])
 
     def _precision(self, device) -> str:
-        from harness.kernels import fused_gemm
-
         return fused_gemm.resolve_precision(self.fused_precision, self.scheme, device)
 
     def apply(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, *,
@@ -148,13 +146,10 @@ class ExpertsBase(torch.nn.Module):
         ids = topk_ids.reshape(-1).to(torch.int64)
         layout = None
         if self.backend == "fused":  # one expert-sorted layout for both GEMMs
-            from harness.kernels import fused_gemm
 
             layout = fused_gemm.pair_layout(ids, self._kernel_weights[0].E)
         h1 = self._gemm(x, ids, 0, w, layout, x_row_div=k)  # pair p = token p // k
         if self.backend == "fused" and activation == "silu" and h1.is_cuda:
-            from harness.kernels import fused_act  # bitwise the torch op, one pass
-
             g = fused_act.silu_and_mul(h1)
         else:
             g = act(h1)
@@ -214,8 +209,6 @@ class UnquantizedExperts(ExpertsBase):
     """The "bf16" baseline: float weights as given (computed in float32), no QDQ."""
 
     def __init__(self, w13: torch.Tensor, w2: torch.Tensor, *, backend: str = "unfused", **kw):
-        from .schemes import BF16
-
         self._w13, self._w2 = w13, w2
         self.scheme = BF16
         super().__init__(None, backend=backend, **kw)
@@ -224,8 +217,6 @@ class UnquantizedExperts(ExpertsBase):
         return self._w13.to(torch.float32), self._w2.to(torch.float32)
 
     def _make_kernel_weights(self):
-        from harness.kernels import fused_gemm
-
         return fused_gemm.FusedWeights.from_float(self._w13), fused_gemm.FusedWeights.from_float(self._w2)
 
     def a1_input_scale(self):

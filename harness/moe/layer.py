@@ -7,11 +7,11 @@ import torch
 
 import harness.formats as hf
 
-from . import quantize_input, routing
-from .activations import get_activation
-from .config import MoEQuantConfig
-from .experts import ExpertsBase, UnquantizedExperts, _grouped_gemm_unfused, make_experts
-from .schemes import get_scheme
+from harness.moe import quantize_input, routing
+from harness.moe.activations import get_activation
+from harness.moe.config import MoEQuantConfig
+from harness.moe.experts import ExpertsBase, UnquantizedExperts, _grouped_gemm_unfused, make_experts
+from harness.moe.schemes import get_scheme
 
 
 class FusedMoE(torch.nn.Module):

@@ -15,8 +15,8 @@ import torch
 
 import harness.formats as hf
 
-from .config import MoEQuantConfig
-from .conversion import (
+from harness.moe.config import MoEQuantConfig
+from harness.moe.conversion import (
     MoEBackend,
     _per_expert,
     _two_level_scheme,
@@ -24,7 +24,8 @@ from .conversion import (
     convert_to_ocp_mx_moe_kernel_format,
     unpack_weight,
 )
-from .schemes import NVFP4, get_scheme
+from harness.moe.schemes import NVFP4, get_scheme
+from harness.moe import ops
 
 
 def _get(tensors: dict, *names):
@@ -69,7 +70,6 @@ def load_compressed_tensors_nvfp4(tensors: dict, scheme=NVFP4) -> MoEQuantConfig
         v = t.get(name)
         return None if v is None else hf.global_scale_from_compressed_tensors(v.to(torch.float32).min()).reshape(()).to(device)
 
-    from . import ops
 
     ops.prepare_device(device)
     return MoEQuantConfig(s, q13, q2, g13, g2, a1_gscale=act("w13_input_global_scale"),

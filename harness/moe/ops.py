@@ -104,8 +104,8 @@ def e4m3_qdq_per_tensor(x: torch.Tensor, scale: Optional[torch.Tensor]) -> torch
         amax = xf.abs().amax() if xf.numel() else torch.zeros((), device=x.device)
         # A device-tensor divisor: torch's CUDA kernels turn division by a Python
         # scalar into a multiply by its float32 reciprocal, fl(amax * fl(1/448)),
-        # 1 ulp off fl(amax / 448) for some amax (seen on an H200: a1 codes of
-        # w_mxfp4_a_fp8 differed from the reference in 17,608 of 1.97M tokens).
+        # 1 ulp off fl(amax / 448) for some amax (on an H200 the a1 codes of
+        # w_mxfp4_a_fp8 then differ from the reference in 17,608 of 1.97M tokens).
         s = torch.where(amax > 0, amax / torch.full_like(amax, hf.E4M3.max_normal), torch.ones_like(amax))
     else:
         s = scale.to(device=x.device, dtype=torch.float32).reshape(())

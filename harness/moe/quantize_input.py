@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import harness.formats as hf
 
-from . import ops
+from harness.moe import ops
+from harness.schemes import PER_TENSOR_FORMATS
 
-_NON_FORMAT_KINDS = {None: "none", "fp8": "fp8_per_tensor"}
+_NON_FORMAT_KINDS = {None: "none", **{name: "per_tensor" for name in PER_TENSOR_FORMATS}}
 
 
 def _format_kind(spec) -> str:
@@ -61,6 +62,6 @@ def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "eve
             raise ValueError(f"{quant_dtype} activation quantization needs A_scale (the encode-side global scale "
                              "a1_gscale/a2_gscale); got None")
         return ops.qdq(A, quant_dtype, rounding=rounding, global_scale=A_scale, backend=backend), None
-    if kind == "fp8_per_tensor":
+    if kind == "per_tensor":
         return ops.e4m3_qdq_per_tensor(A, A_scale), None
     return ops.qdq(A, quant_dtype, scale_mode=scale_mode, rounding=rounding, backend=backend), None

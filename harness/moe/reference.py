@@ -52,7 +52,7 @@ Scales (docs/moe-api.md, docs/numerics.md):
       DECODE-side scale a1_scale / a2_scale (value = e4m3(x / s) * s,
       saturating at +-448); a None scale means dynamic per-tensor scaling,
       s = amax / 448 over the whole QDQ input (all T tokens for a1, all T*k
-      pairs for a2). See `_qdq_fp8_per_tensor`.
+      pairs for a2). See `_qdq_per_tensor`.
     * weight-only schemes: no activation QDQ at all.
 
 `reference_moe_trace` returns every intermediate (for tolerance bounds);
@@ -66,6 +66,9 @@ from typing import Optional
 import torch
 
 import harness.formats as hf
+from harness.moe.schemes import SCHEMES  # the scheme TABLE only (data)
+from harness.schemes import PER_TENSOR_FORMATS
+from harness.formats import minifloat
 
 F64 = torch.float64
 F32 = torch.float32
@@ -80,8 +83,6 @@ SCORINGS = ("softmax", "sigmoid")
 def resolve_scheme(scheme):
     """A Scheme object, from itself or from its name (harness.moe.schemes)."""
     if isinstance(scheme, str):
-        from harness.moe.schemes import SCHEMES  # the scheme TABLE only (data)
-
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}")
         return SCHEMES[scheme]
@@ -127,9 +128,9 @@ def reference_activation(h: torch.Tensor, activation: str) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- QDQ
-def _qdq_fp8_per_tensor(x32: torch.Tensor, scale) -> torch.Tensor:
-    """Per-tensor float8_e4m3fn QDQ with a decode-side scale (None: amax/448)."""
-    e4m3 = hf.E4M3  # per-tensor fp8 activations: the E4M3FN element
+def _qdq_per_tensor(x32: torch.Tensor, scale, e4m3) -> torch.Tensor:
+    """Per-tensor minifloat QDQ (element `e4m3`, E4M3FN for "fp8") with a
+    decode-side scale (None: amax / max_normal)."""
     if scale is None:
         amax = x32.abs().amax() if x32.numel() else torch.zeros((), dtype=F32)
         # divided by a tensor: correctly rounded on every device (a Python-scalar
@@ -138,7 +139,6 @@ def _qdq_fp8_per_tensor(x32: torch.Tensor, scale) -> torch.Tensor:
     else:
         s = torch.as_tensor(scale).to(F32).reshape(())
     # e4m3 encode (RNE, saturating) of x/s, via the spec's element codec.
-    from harness.formats import minifloat
 
     codes = minifloat.encode(e4m3, x32 / s, "rne")
     return minifloat.decode(e4m3, codes) * s
@@ -156,9 +156,8 @@ def qdq_activation(x32: torch.Tensor, scheme, *, scale=None, gscale=None, which:
     act = getattr(scheme, "act_fmt", None)
     if act is None:
         return x32
-    qd = getattr(scheme, "quant_dtype", act)
-    if qd == "fp8" or act == "fp8":
-        return _qdq_fp8_per_tensor(x32, scale)
+    if act in PER_TENSOR_FORMATS:
+        return _qdq_per_tensor(x32, scale, getattr(hf, PER_TENSOR_FORMATS[act].element))
     spec = hf.FORMATS[act]
     if x32.numel() == 0:
         return x32.clone()

@@ -53,11 +53,11 @@ import harness.formats as hf
 from harness.formats import minifloat, scales
 from harness.formats.spec import U32
 
-from . import reference as ref
+from harness.moe import reference as ref
+from harness.schemes import PER_TENSOR_FORMATS
 
 F32, F64 = torch.float32, torch.float64
 U = U32  # float32 unit roundoff
-_FP8_MAX = hf.E4M3.max_normal  # per-tensor fp8 activations: E4M3FN, max 448
 
 
 def gamma(n: int) -> float:
@@ -132,8 +132,8 @@ def _two_level_interval(c, d, gs, spec):
     return lo.reshape(P, K).double(), hi.reshape(P, K).double()
 
 
-def _fp8_interval(c, d, scale):
-    el = hf.E4M3  # per-tensor fp8 activations: the E4M3FN element
+def _per_tensor_interval(c, d, scale, el):
+    """The per-tensor QDQ interval; `el` is the row's element codec (E4M3FN for "fp8")."""
     lo_in, hi_in = _f32_down(c - d), _f32_up(c + d)
     if scale is not None:
         cands = [torch.as_tensor(scale).cpu().to(F32).reshape(())]
@@ -142,15 +142,16 @@ def _fp8_interval(c, d, scale):
     else:
         amax_lo = _f32_down(torch.clamp(c.abs() - d, min=0)).amax()
         amax_hi = _f32_up(c.abs() + d).amax()
-        s_lo = torch.where(amax_lo > 0, amax_lo / _FP8_MAX, torch.ones_like(amax_lo))
-        s_hi = torch.where(amax_hi > 0, amax_hi / _FP8_MAX, torch.ones_like(amax_hi))
+        s_lo = torch.where(amax_lo > 0, amax_lo / el.max_normal, torch.ones_like(amax_lo))
+        s_hi = torch.where(amax_hi > 0, amax_hi / el.max_normal, torch.ones_like(amax_hi))
         s_lo, s_hi = torch.minimum(s_lo, s_hi), torch.maximum(s_lo, s_hi)
         cands, s = [], s_lo
         while bool(s <= s_hi) and len(cands) <= 8:
             cands.append(s)
             s = torch.nextafter(s, torch.tensor(math.inf))
-        if len(cands) > 8:  # coarse: the e4m3 half step (2^-4 relative, 2^-10 s subnormal)
-            err = lo_in.abs().maximum(hi_in.abs()).double() * 2.0**-4 + 2.0**-10 * float(s_hi)
+        if len(cands) > 8:  # coarse: half a code step (2^-(mbits+1) relative, half the subnormal step absolute)
+            err = (lo_in.abs().maximum(hi_in.abs()).double() * 2.0 ** -(el.mbits + 1)
+                   + 0.5 * el.min_subnormal * float(s_hi))
             return lo_in.double() - err, hi_in.double() + err
     lo = torch.full_like(c, math.inf, dtype=F32)
     hi = torch.full_like(c, -math.inf, dtype=F32)
@@ -170,8 +171,9 @@ def qdq_interval(center: torch.Tensor, delta: torch.Tensor, scheme, cfg, which: 
         return center - delta, center + delta
     if center.numel() == 0:
         return center.clone(), center.clone()
-    if act == "fp8" or scheme.quant_dtype == "fp8":
-        return _fp8_interval(center, delta, getattr(cfg, f"{which}_scale"))
+    if scheme.act_per_tensor:
+        return _per_tensor_interval(center, delta, getattr(cfg, f"{which}_scale"),
+                                    getattr(hf, PER_TENSOR_FORMATS[act].element))
     spec = hf.FORMATS[act]
     if spec.has_global_scale:
         return _two_level_interval(center, delta, getattr(cfg, f"{which}_gscale"), spec)

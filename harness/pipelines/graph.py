@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import Pipeline, Step
+from harness.pipelines.model import Pipeline, Step
 
 BARRIERS = ("wait", "block")
 

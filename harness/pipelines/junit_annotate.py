@@ -15,7 +15,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from harness import report
+from harness.util import report
 
 class JUnitError(ValueError):
     """A JUnit file that parses but holds a value no report can carry; one line naming file and test."""

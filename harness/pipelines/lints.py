@@ -11,10 +11,10 @@ import re
 import shlex
 from pathlib import Path
 
-from . import graph, shell_refs
-from .model import Pipeline, Step, parallelism_problem
-from .schema import Problem
-from .targets import (
+from harness.pipelines import graph, shell_refs
+from harness.pipelines.model import Pipeline, Step, parallelism_problem
+from harness.pipelines.schema import Problem
+from harness.pipelines.targets import (
     RETRY_REQUIRED,
     ROCM_ARCH,
     ROCM_EXEMPT_ENV,
@@ -294,8 +294,8 @@ def targets_step(pipeline: Pipeline, root: Path) -> list[Problem]:
         return []
     import fnmatch
 
-    from harness.kernels.inventory import kernel_files  # AST only; no triton
-    from harness.kernels.targets import TARGETS
+    from harness.aot.inventory import kernel_files  # AST only; no triton
+    from harness.aot.compile import TARGETS
 
     files = kernel_files(root)
     if not files:

@@ -1,6 +1,6 @@
 """A Buildkite pipeline file as data: steps flattened out of groups, each with its place in the file.
 
-Only reads YAML (through harness.safe_yaml: size, depth, node and alias
+Only reads YAML (through harness.util.safe_yaml: size, depth, node and alias
 limits; a key written twice is an error, as Buildkite makes it); knows
 nothing of targets, lints or running.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import safe_yaml
+from harness.util import safe_yaml
 
 STEP_KINDS = ("command", "wait", "block", "input", "trigger", "group")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .targets import MULTI_GPU_COUNT, MULTI_GPU_QUEUES, ROCM_ARCH, SOFT_FAIL_ENV
+from harness.pipelines.targets import MULTI_GPU_COUNT, MULTI_GPU_QUEUES, ROCM_ARCH, SOFT_FAIL_ENV
 
 NIGHTLY_PATH = "buildkite/nightly.yml"
 CONFIG_DIR = "suites/lm_eval/configs"
@@ -99,7 +99,7 @@ SYNTH_DIR = "scratch/synth"  # in the job's checkout, removed before and after
 
 
 def _multigpu(t: Target) -> tuple:
-    """Two-GPU steps (issue #16): the placement/equality suite, and the
+    """Two-GPU steps: the placement/equality suite, and the
     benchmark on synthetic real-size checkpoints: Qwen3-30B-A3B in all three
     modes, Mixtral-8x22B (more than one H200 holds) model parallel only; the
     fused backend (unfused dequantizes every expert of a layer each forward: at

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import conditions, graph, interpolate, model, schema
-from .targets import TARGETS, target_of
+from harness.pipelines import conditions, graph, interpolate, model, schema
+from harness.pipelines.targets import TARGETS, target_of
 
 
 class Refused(Exception):

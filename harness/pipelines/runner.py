@@ -6,7 +6,7 @@ agent sets (BUILDKITE_PARALLEL_JOB / _COUNT for `parallelism`), a
 `buildkite-agent` stand-in first on PATH, timeout_in_minutes enforced (the
 process group gets SIGTERM, then SIGKILL; reported as exit status -1 like
 Buildkite), retry.automatic rules applied, soft_fail honoured, artifact_paths
-collected. Results go to a report folder through harness.report.
+collected. Results go to a report folder through harness.util.report.
 
 SIGINT and SIGTERM (what `timeout` and CI agents send) stop the run the same
 way: every running job's process group is killed and waited for, no new job
@@ -29,9 +29,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import interrupt, report
+from harness.util import interrupt
+from harness.util import report
 
-from .plan import Plan
+from harness.pipelines.plan import Plan
 
 OK_STATES = ("passed", "soft_failed", "skipped")
 

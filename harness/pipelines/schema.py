@@ -19,7 +19,7 @@ from importlib import resources
 
 import jsonschema
 
-from .model import Pipeline, Step
+from harness.pipelines.model import Pipeline, Step
 
 SCHEMA_PACKAGE = "check_jsonschema.builtin_schemas.vendor"
 SCHEMA_FILE = "buildkite.json"

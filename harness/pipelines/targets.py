@@ -10,8 +10,8 @@ from __future__ import annotations
 
 TARGETS = ("cpu", "cuda", "rocm")
 
-# Two GPUs of one host (issue #16: model parallel over a device_map, data
-# parallel with accelerate launch): H200 x2 and MI300X x2 agents.
+# Two GPUs of one host (model parallel over a device_map, data parallel
+# with accelerate launch): H200 x2 and MI300X x2 agents.
 MULTI_GPU_QUEUES = {"cuda": "cuda-h200x2", "rocm": "rocm-mi300x2"}
 MULTI_GPU_COUNT = 2
 

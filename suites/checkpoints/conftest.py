@@ -1,33 +1,9 @@
-"""Producer checkpoints of the bundled tiny MoE, made once and cached
-($MOE_HARNESS_CACHE_DIR, harness/checkpoints/cache.py). A producer that is
-not installed skips its tests with the reason; one that fails to make its
-checkpoint fails them."""
+"""Fixtures of the checkpoint suite: `case`, one producer checkpoint of the
+bundled tiny MoE per (producer, scheme) row (producer_checkpoints.py makes and
+caches them)."""
 import pytest
 
-from harness.checkpoints import producers
-from harness.checkpoints.make import MakeFailed, ProducerUnavailable, make_checkpoint
-
-CASES = [(p, s) for p, row in producers.PRODUCERS.items() for s in row.schemes]
-IDS = [f"{p}-{s}" for p, s in CASES]
-
-_made: dict = {}
-
-
-def made(producer: str, scheme: str):
-    key = (producer, scheme)
-    if key not in _made:
-        try:
-            _made[key] = ("ok", make_checkpoint(producer, scheme))
-        except ProducerUnavailable as e:
-            _made[key] = ("skip", str(e))
-        except MakeFailed as e:
-            _made[key] = ("fail", str(e))
-    kind, v = _made[key]
-    if kind == "skip":
-        pytest.skip(v)
-    if kind == "fail":
-        pytest.fail(v)
-    return v
+from suites.checkpoints.producer_checkpoints import CASES, IDS, made
 
 
 @pytest.fixture(params=CASES, ids=IDS)

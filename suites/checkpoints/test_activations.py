@@ -26,7 +26,7 @@ from harness.checkpoints.load import load_checkpoint
 from harness.moe.reference import qdq_activation
 from harness.moe.schemes import get_scheme
 
-from .conftest import made
+from suites.checkpoints.producer_checkpoints import made
 
 
 def _x(seed=0, n=512):
@@ -63,6 +63,7 @@ def test_compressed_tensors_nvfp4_activations():
             assert torch.equal(got, _ct_fake_quant(files, x, gs)), (block, float(gs))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["mxfp4", "mxfp6_e2m3", "mxfp6_e3m2"])
 def test_quark_mx_activations(scheme):
     folder = made("quark", scheme)  # skips, with the reason, when amd-quark is absent

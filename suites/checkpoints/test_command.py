@@ -2,7 +2,7 @@
 from harness import cli
 from harness.checkpoints import producers
 
-from .conftest import made
+from suites.checkpoints.producer_checkpoints import made
 
 
 def test_list_names_every_producer_and_whether_installed(capsys):

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.checkpoints import detect, producers, source
+from harness.checkpoints import detect, producers
+from harness.models import source
 from harness.lmeval import config as C
-from harness.lmeval.checkpoint_expected import config_name
+from harness.lmeval.configs import config_name
 
-from .conftest import made
+from suites.checkpoints.producer_checkpoints import made
 
 CONFIGS = Path(__file__).resolve().parents[1] / "lm_eval" / "configs"
 NIGHTLY = sorted(CONFIGS.glob("nightly-*.yaml"))
@@ -41,9 +42,10 @@ def producer_session():
     mp.undo()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("producer,scheme", [(p, s) for p, r in producers.PRODUCERS.items() for s in r.schemes])
 def test_every_producer_checkpoint_passes_its_measured_gates(producer, scheme, producer_session):
-    """The tiny lm-eval of each producer checkpoint (issue #15 point 4) with the
+    """The tiny lm-eval of each producer checkpoint with the
     thresholds measured under the CPU kernel sets, on the first 200 items as
     `moe-harness run` does: every metric has a value, the paired and KL gates
     are armed, and the run passes them all."""

@@ -1,4 +1,5 @@
-"""The faults issue #15 names, each injected into the harness' reading of real
+"""Reading faults (scale convention, scale bytes, nibble order, w1/w3 halves,
+per-expert global scale), each injected into the harness' reading of real
 producer checkpoints; the round-trip proof must go red on every one."""
 import pytest
 import torch
@@ -7,7 +8,7 @@ import harness.formats as hf
 from harness.checkpoints import read_gptoss, stacking
 from harness.checkpoints.roundtrip import roundtrip
 
-from .conftest import made
+from suites.checkpoints.producer_checkpoints import made
 
 NVFP4 = [("llmcompressor", "nvfp4"), ("modelopt", "nvfp4")]
 FP4 = NVFP4 + [("llmcompressor", "mxfp4"), ("quark", "mxfp4"), ("gpt-oss", "mxfp4")]

@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 from harness.checkpoints.errors import CheckpointFormatError
 from harness.checkpoints.load import load_checkpoint
 
-from .conftest import made
+from suites.checkpoints.producer_checkpoints import made
 
 E0 = "model.layers.0.mlp.experts.0"
 
@@ -76,6 +76,6 @@ def test_gptoss_expert_bias_is_refused(tmp_path):
 
 
 def test_unquantized_folder_names_the_missing_quant_method(tmp_path):
-    from harness.checkpoints.source import model_dir
+    from harness.models.source import model_dir
 
     _refused(model_dir(), "quant_method", "no quantization_config")

@@ -10,11 +10,12 @@ import pytest
 import torch
 
 import harness.formats as hf
-from harness.checkpoints import cache, producers, source
+from harness.checkpoints import cache, producers
+from harness.models import source
 from harness.checkpoints.load import base_mismatches, load_checkpoint
 from harness.checkpoints.roundtrip import roundtrip
 
-from .conftest import made
+from suites.checkpoints.producer_checkpoints import made
 
 # relative Frobenius error of the producer's dequantized experts vs the float weights:
 # fp4 measured 0.098 (nvfp4) / 0.120 (mxfp4); mxfp6 and mxfp8 smaller. A checkpoint whose

@@ -1,5 +1,5 @@
-"""Shipped adapters (torchao 0.18, compressed-tensors): the divergences of the
-issue-14 table and the ones conform found are shrunk and explained by the registry;
+"""Shipped adapters (torchao 0.18, compressed-tensors): the known divergences
+(docs/numerics.md) and the ones conform found are shrunk and explained by the registry;
 without the registry the same run fails."""
 import pytest
 import torch

@@ -1,8 +1,10 @@
 """vLLM's Triton kernels and ModelOpt's NVFP4 fake quantization on a CUDA
-device (marked `gpu`: skipped cleanly without one). What issue 14 found on an
-H200 must show up as unexplained divergences, shrunk and judged: the vLLM
-rows are not in the registry (a kernel bug, not a convention), so the run
-fails and names them. Command for the lead: docs/conformance.md."""
+device (marked `gpu`: skipped cleanly without one). The vLLM kernels' known
+bugs (an approximate float32 division, a flushed 2^-127 scale) must show up
+as unexplained divergences, shrunk and judged: they are not in the registry
+(kernel bugs, not conventions), so the run fails and names them. How to run
+it on a CUDA machine: docs/conformance.md ("Adapters that need a CUDA
+device")."""
 import pytest
 import torch
 
@@ -25,7 +27,7 @@ def _unexplained(data):
 
 
 def test_vllm_triton_nvfp4_fp32_division_is_approximate():
-    """fp32 input: `/` compiles to div.full.f32 (issue 14: 82.7% of values);
+    """fp32 input: `/` compiles to div.full.f32 (about 83% of values match);
     bf16 input matches exactly."""
     from harness.conformance.adapters.vllm import vllm_triton_nvfp4
 

@@ -1,24 +1,13 @@
-"""Shared fixtures of the lm-eval suite: offline environment, pinned threads,
-one loaded tiny model per test session (loading is the slow part)."""
-
-import os
+"""Fixtures of the lm-eval suite: every test offline (`offline_hf`), one
+evaluation session over the shared tiny model (`tiny_lm`, suites/conftest.py;
+loading is the slow part)."""
 
 import pytest
 
-from harness.lmeval.offline import enter_offline, set_threads
-
 
 @pytest.fixture(scope="session", autouse=True)
-def _offline(tmp_path_factory):
-    enter_offline(os.environ.get("HARNESS_CACHE_DIR") or tmp_path_factory.mktemp("hf-cache"))
-    set_threads(int(os.environ.get("HARNESS_TORCH_THREADS", "1")))
-
-
-@pytest.fixture(scope="session")
-def tiny_lm():
-    from harness.lmeval.adapter import MoEEmuLM
-
-    return MoEEmuLM(pretrained="tiny-moe", scheme="bf16", dtype="float32", batch_size=64)
+def _offline(offline_hf):
+    """Every test of this folder runs offline with pinned threads."""
 
 
 @pytest.fixture(scope="session")

@@ -32,13 +32,14 @@ def main(argv=None) -> int:
 
     import torch
 
-    from harness.lmeval.builder import QUANTIZED_SCHEMES
+    from harness.lmeval.schemes import QUANTIZED_SCHEMES
     from harness.lmeval.config import load
-    from harness.lmeval.evaluate import _rolling_texts, tiny_config_path
+    from harness.lmeval.configs import tiny_config_path
+    from harness.lmeval.evaluate import _rolling_texts
     from harness.lmeval.kl import mean_token_kl
-    from harness.lmeval.offline import enter_offline, set_threads
+    from harness.util.offline import enter_offline, set_threads
 
-    from . import faults
+    from suites.lm_eval import faults
 
     enter_offline(os.environ.get("HARNESS_CACHE_DIR"))
     set_threads(1)

@@ -104,7 +104,7 @@ def test_checkpoint_activation_amax_is_used(tmp_path):
     import json
     import shutil
 
-    from harness.lmeval import tiny_model
+    from harness.models import tiny_model
 
     folder = tmp_path / "m"
     shutil.copytree(tiny_model.bundled_dir(), folder)

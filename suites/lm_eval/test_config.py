@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness.lmeval import config as C
-from harness.lmeval.builder import SCHEMES
+from harness.lmeval.schemes import SCHEMES
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = sorted((HERE / "configs").glob("*.yaml"))
@@ -115,7 +115,7 @@ def test_dry_run_prints_the_plan_without_loading_a_model():
     assert plan["scheme"] == "nvfp4" and plan["limit"] == 7 and plan["model"] == "present"
     assert any(g.startswith("kl") for g in plan["gates"])
     # nothing heavy was imported by the dry run
-    r2 = subprocess.run([sys.executable, "-c", "import sys; from harness.lmeval import command, config;"
+    r2 = subprocess.run([sys.executable, "-c", "import sys; import harness.commands.eval, harness.lmeval.config;"
                          "print('transformers' in sys.modules, 'lm_eval' in sys.modules)"],
                         capture_output=True, text=True, cwd=HERE.parents[1],
                         env={"PYTHONPATH": str(HERE.parents[1]), "PATH": "/usr/bin:/bin"})
@@ -129,6 +129,7 @@ def test_malformed_config_exit_code(tmp_path):
     assert r.returncode == 2 and "tasks[0].metrics" in r.stderr and str(bad) in r.stderr
 
 
+@pytest.mark.slow
 def test_missing_checkpoint_skips_with_message(monkeypatch):
     p = next(p for p in CONFIGS if p.name.startswith("nightly-"))
     env = {"HARNESS_CHECKPOINT_DIR": "/nonexistent-checkpoints"}

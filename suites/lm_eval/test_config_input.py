@@ -1,6 +1,6 @@
-"""Issue 11, eval configs: every number finite and in range, every name the run
+"""Eval configs as input: every number finite and in range, every name the run
 needs checked by the dry run, vLLM's real keys and fractional limits accepted,
-hostile files refused in one line (harness.safe_yaml), and a dry run that
+hostile files refused in one line (harness.util.safe_yaml), and a dry run that
 imports neither torch nor lm-eval."""
 
 import copy
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import cli, safe_yaml
+from harness import cli
+from harness.util import safe_yaml
 from harness.lmeval import config as C
-from harness.lmeval import evaluate
-from harness.lmeval.schemes import EXPERT_BACKENDS
+from harness.lmeval import report
 from suites.hostile_yaml import alias_bomb
 
 HERE = Path(__file__).resolve().parent
@@ -137,12 +137,6 @@ def test_dry_run_refuses_what_the_run_would_crash_on(tmp_path, capsys, edit, fld
     assert f": {fld}: " in one_line_error(out, path)
 
 
-def test_backends_match_the_moe_layer():
-    from harness.moe.experts import BACKENDS
-
-    assert tuple(BACKENDS) == EXPERT_BACKENDS
-
-
 @pytest.mark.parametrize("limit", ["0", "-5", "nan", "inf", "1.5", "abc", "1e400"])
 def test_eval_limit_must_be_a_count_or_a_fraction(capsys, limit):
     rc, out = dry_run(TINY, "--limit", limit, capsys=capsys)
@@ -206,9 +200,9 @@ def test_fractional_limit_is_accepted_and_counted_as_lm_eval_does(tmp_path):
     data = tiny_data()
     data["limit"] = 0.5
     assert C.load(write(tmp_path, data)).limit == 0.5
-    assert evaluate.items_for(0.5, 600) == 300
-    assert evaluate.items_for(0.001, 600) == 1          # lm-eval rounds up
-    assert evaluate.items_for(250, 600) == 250 and evaluate.items_for(None, 600) == 600
+    assert report.items_for(0.5, 600) == 300
+    assert report.items_for(0.001, 600) == 1          # lm-eval rounds up
+    assert report.items_for(250, 600) == 250 and report.items_for(None, 600) == 600
 
 
 def test_lm_eval_task_names_get_a_note_and_misspelt_ones_an_error(tmp_path):
@@ -292,7 +286,7 @@ def test_parse_of_odd_keys_never_raises_anything_but_config_error(tmp_path):
 
 
 def test_parse_limit_takes_numbers_from_python_too():
-    from harness.lmeval.command import parse_limit
+    from harness.commands.eval import parse_limit
 
     assert parse_limit(0.5) == 0.5 and parse_limit(7) == 7 and parse_limit("0.25") == 0.25 and parse_limit(None) is None
     for bad in (0, -5, 1.5, True, math.nan):

@@ -18,10 +18,12 @@ Findings (measured; docs/lm_eval.md has the figures):
 import pytest
 
 from harness.lmeval.config import load
-from harness.lmeval.evaluate import run_config, tiny_config_path
+from harness.lmeval.configs import tiny_config_path
+from harness.lmeval.evaluate import run_config
 
-from . import faults
+from suites.lm_eval import faults
 
+pytestmark = pytest.mark.slow
 LIMIT = 30
 
 

@@ -6,7 +6,7 @@ installed transformers)."""
 import torch
 
 from harness.moe import build_emulated_moe
-from harness.lmeval.moe_swap import Swapper, find_moe_blocks
+from harness.emulation.moe_swap import Swapper, find_moe_blocks
 
 COMMON = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=64)

@@ -14,6 +14,7 @@ from harness.lmeval.evaluate import run_tiny_all_schemes
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_run_tiny_all_schemes_writes_report(tmp_path, eval_session):
     results = run_tiny_all_schemes(tmp_path, limit=12, schemes=["bf16", "w_mxfp8"], session=eval_session)
     assert [r["details"]["scheme"] for r in results] == ["bf16", "w_mxfp8"]
@@ -27,6 +28,7 @@ def test_run_tiny_all_schemes_writes_report(tmp_path, eval_session):
     assert len(summary["results"]) == 2
 
 
+@pytest.mark.slow
 def test_eval_exit_codes(tmp_path):
     """A passing config exits 0; the same config with an impossible KL threshold exits 1."""
     cfg = yaml.safe_load((ROOT / "suites/lm_eval/configs/tiny-w_mxfp8.yaml").read_text())
@@ -81,7 +83,7 @@ def test_progress_line_names_task_items_and_rate():
 
 def test_run_puts_the_lm_eval_cache_under_the_chosen_reports(monkeypatch, tmp_path):
     """--reports elsewhere: the hub/datasets cache goes there too, not to ./reports of the current folder."""
-    from harness import run
+    from harness.commands import run
     from harness.lmeval import evaluate
 
     seen = {}
@@ -92,12 +94,12 @@ def test_run_puts_the_lm_eval_cache_under_the_chosen_reports(monkeypatch, tmp_pa
                             cache=os.environ["HARNESS_CACHE_DIR"], producers=producers))
     run._lmeval_section({"report_dir": None, "reports_root": tmp_path / "elsewhere", "progress": print}, print)
     assert seen["cache"] == str(tmp_path / "elsewhere" / ".cache")
-    assert seen["producers"] is True  # `moe-harness run` evaluates the producer checkpoints too (issue #15)
+    assert seen["producers"] is True  # `moe-harness run` evaluates the producer checkpoints too
 
 
 def test_producer_configs_follow_the_producer_table():
     from harness.checkpoints import producers
-    from harness.lmeval.checkpoint_expected import config_paths
+    from harness.lmeval.configs import config_paths
 
     paths = config_paths()
     assert len(paths) == sum(len(p.schemes) for p in producers.PRODUCERS.values()) >= 7

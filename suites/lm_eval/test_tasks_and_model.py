@@ -3,8 +3,10 @@
 import json
 import random
 
-from harness.lmeval import corpus, tasks, tiny_model
-from harness.lmeval import tokenizer as tok
+from harness.lmeval import tasks
+from harness.models import corpus
+from harness.models import tiny_model
+from harness.models import tokenizer as tok
 
 MODEL = tiny_model.bundled_dir()
 
@@ -64,7 +66,7 @@ def test_task_yaml_registers_with_task_manager():
 
 def test_training_is_deterministic(tmp_path):
     """Same seed, same steps, same threads -> bit-identical weights (a short run)."""
-    from harness.lmeval.train import train
+    from harness.models.train import train
 
     a = train(tmp_path / "a", steps=6, batch=4, seq_len=32, quiet=True)
     b = train(tmp_path / "b", steps=6, batch=4, seq_len=32, quiet=True)

@@ -1,11 +1,16 @@
 """Fixtures of the multi-GPU suite (runs on CPU: device maps over CPU and meta):
-the lm-eval suite's offline set-up and bf16 tiny model, shared, not copied."""
+every test offline, and the bundled tiny model shared with the lm-eval suite
+(`offline_hf` and `tiny_lm` are in suites/conftest.py)."""
 
 import pytest
 
-from suites.lm_eval.conftest import _offline, tiny_lm  # noqa: F401  (fixtures registered here too)
+
+@pytest.fixture(scope="session", autouse=True)
+def _offline(offline_hf):
+    """Every test of this folder runs offline with pinned threads."""
 
 
 @pytest.fixture(scope="session")
-def plain_lm(tiny_lm):  # noqa: F811
+def plain_lm(tiny_lm):
+    """The one-device bf16 tiny model the parallel runs are compared with."""
     return tiny_lm

@@ -8,7 +8,7 @@ import sys
 import lm_eval
 
 from harness.lmeval.adapter import MoEEmuLM
-from harness.lmeval.offline import enter_offline
+from harness.util.offline import enter_offline
 from harness.lmeval.tasks import task_manager
 
 TASKS = ["tiny_add_mc", "tiny_add_gen"]

@@ -6,10 +6,13 @@ import statistics
 
 import pytest
 
-from harness.checkpoints import synthetic, synthetic_loader
-from harness.checkpoints.shapes import SHAPES, from_hf_config
-from harness.lmeval import bench_multigpu, memory_model
+from harness.checkpoints import synthetic
+from harness.emulation import synthetic_loader
+from harness.models.shapes import SHAPES, from_hf_config
+from harness.commands.bench import multigpu as bench_multigpu
+from harness.emulation import memory_model
 from harness.schemes import get_scheme
+from harness.schemes import EXPERT_BACKENDS
 
 
 def _args(ckpt, **kw):
@@ -19,6 +22,7 @@ def _args(ckpt, **kw):
     return argparse.Namespace(**a)
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only("bench multigpu runs its workers on the GPUs when it sees them; test_two_gpus is the GPU run")
 def test_dry_run_all_modes_on_cpu(tmp_path):
     ckpt = tmp_path / "ckpt"
@@ -59,7 +63,7 @@ def test_requests_are_seeded():
 
 @pytest.mark.parametrize("name", ["mixtral-8x22b", "qwen3-235b-a22b", "qwen3-30b-a3b"])
 @pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4"])
-@pytest.mark.parametrize("backend", ["unfused", "fused"])
+@pytest.mark.parametrize("backend", EXPERT_BACKENDS)
 def test_paper_weights_add_up_over_devices(name, scheme, backend):
     s = SHAPES[name]
     block = get_scheme(scheme).weight_spec.block_size
@@ -83,7 +87,7 @@ def test_fused_weights_on_paper_are_what_the_layer_holds():
     import torch
 
     import harness.moe as hm
-    from harness.lmeval.parallel import iter_tensors
+    from harness.emulation.parallel import iter_tensors
 
     s = SHAPES["tiny-qwen3-moe"]
     g = torch.Generator().manual_seed(0)

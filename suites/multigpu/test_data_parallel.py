@@ -8,10 +8,11 @@ import os
 import subprocess
 import sys
 
-from harness.lmeval.offline import set_threads
+from harness.util.offline import set_threads
 from suites.multigpu import dp_eval
 
 
+@pytest.mark.slow
 def test_two_process_eval_identical_to_one(plain_lm, tmp_path):
     out = tmp_path / "dp.json"
     env = dict(os.environ, PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1")

@@ -9,10 +9,11 @@ import torch
 from safetensors import safe_open
 
 import harness.formats as hf
-from harness.checkpoints import synthetic, synthetic_loader
-from harness.checkpoints.synth_command import plan
-from harness.checkpoints.shapes import SHAPES, get_shape
-from harness.lmeval import parallel
+from harness.checkpoints import synthetic
+from harness.emulation import synthetic_loader
+from harness.commands.checkpoint_synth import plan
+from harness.models.shapes import SHAPES, get_shape
+from harness.emulation import parallel
 
 CASES = [("tiny-qwen3-moe", "nvfp4"), ("tiny-mixtral", "mxfp4")]
 
@@ -54,7 +55,7 @@ def test_layout_sharded_and_sized(written, shape, scheme):
     assert len(files) > 1 and all(f.endswith(f"-of-{len(files):05d}.safetensors") for f in files)
     t = _tensors(folder)
     s = get_shape(shape)
-    block = synthetic.SCHEMES[scheme][1]
+    block = synthetic.block_size(scheme)
     assert idx["metadata"]["total_size"] == sum(v.numel() * v.element_size() for v in t.values()) == s.disk_bytes(block)
     gate, up, down = synthetic.expert_projections(s)
     base = f"{synthetic.moe_prefix(s, 1)}.experts.3."
@@ -95,7 +96,7 @@ def test_compressed_tensors_reads_it(written, shape, scheme):
     base = f"{synthetic.moe_prefix(s, 0)}.experts.1.{gate}."
     sd = {k: t[base + k] for k in ("weight_packed", "weight_scale", "weight_global_scale") if base + k in t}
     comp = BaseCompressor.get_value_from_registry(cfg["format"])
-    fmt = synthetic.SCHEMES[scheme][0]
+    fmt = synthetic.weight_format(scheme)
     gs = hf.global_scale_from_compressed_tensors(sd["weight_global_scale"]) if scheme == "nvfp4" else None
     q = hf.QuantizedTensor(hf.unpack_fp4(sd["weight_packed"]), sd["weight_scale"], gs, fmt)
     want = hf.dequantize(q, torch.float32)
@@ -148,7 +149,7 @@ def test_loaded_experts_are_the_written_ones(written, shape, scheme):
     """The loader's emulated experts decode to exactly the checkpoint's values."""
     folder = written[(shape, scheme)]
     r = synthetic_loader.load(folder, devices=["cpu"])
-    assert r.scheme == synthetic.HARNESS_SCHEME[scheme]
+    assert r.scheme == synthetic.SCHEMES[scheme]
     s = get_shape(shape)
     t = _tensors(folder)
     gate, up, down = synthetic.expert_projections(s)
@@ -158,7 +159,7 @@ def test_loaded_experts_are_the_written_ones(written, shape, scheme):
     assert torch.equal(qc.w13_q.codes[2], w13_codes)
     assert torch.equal(qc.w2_q.codes[2], hf.unpack_fp4(t[base + down + ".weight_packed"]))
     want_s = torch.cat([t[base + gate + ".weight_scale"], t[base + up + ".weight_scale"]])
-    assert torch.equal(qc.w13_q.scales[2], hf.scale_bytes(want_s, synthetic.SCHEMES[scheme][0], "s"))
+    assert torch.equal(qc.w13_q.scales[2], hf.scale_bytes(want_s, synthetic.weight_format(scheme), "s"))
     if scheme == "nvfp4":
         assert torch.equal(qc.w13_gscale[2].reshape(1), hf.global_scale_from_compressed_tensors(t[base + gate + ".weight_global_scale"]))
         assert qc.a1_gscale is not None and qc.a2_gscale is not None
@@ -182,6 +183,7 @@ def test_balanced_layers():
     assert synthetic_loader.balanced_layers([1] * 3, 1) == [0, 0, 0]
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only("with a GPU visible, the single-device run picks cuda:0 and the 'cpu' device map means GPU "
                       "execution with offload: two devices, not one; test_two_gpus is the GPU run")
 @pytest.mark.parametrize("shape, scheme", CASES)
@@ -189,7 +191,7 @@ def test_moe_emu_runs_it_single_and_parallelized_identically(written, shape, sch
     from harness.lmeval.adapter import MoEEmuLM
 
     folder = written[(shape, scheme)]
-    want = synthetic.HARNESS_SCHEME[scheme]
+    want = synthetic.SCHEMES[scheme]
     one = MoEEmuLM(pretrained=str(folder), scheme=want, batch_size=4)
     two = MoEEmuLM(pretrained=str(folder), scheme=want, batch_size=4, parallelize=True,
                    device_map=json.dumps(synthetic_loader.device_map_for(synthetic_loader.read_config(folder),
@@ -240,9 +242,9 @@ def test_producer_checkpoint_blocks_built_on_their_layer_device(tmp_path):
     each block's quant config is built on its layer's device (layer 1 on meta)."""
     from transformers import AutoModelForCausalLM
 
-    from harness.lmeval import checkpoint_blocks
-    from harness.lmeval.moe_swap import Swapper
-    from harness.lmeval.tiny_model import bundled_dir
+    from harness.emulation import checkpoint_blocks
+    from harness.emulation.moe_swap import Swapper
+    from harness.models.tiny_model import bundled_dir
 
     synthetic.write("tiny-moe", "mxfp4", tmp_path / "c", seed=0, device="cpu")
     model = AutoModelForCausalLM.from_pretrained(bundled_dir(), dtype=torch.float32, local_files_only=True)

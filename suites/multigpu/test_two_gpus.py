@@ -8,8 +8,9 @@ import json
 import pytest
 import torch
 
-from harness.checkpoints import synthetic, synthetic_loader
-from harness.lmeval import parallel
+from harness.checkpoints import synthetic
+from harness.emulation import synthetic_loader
+from harness.emulation import parallel
 from harness.lmeval.adapter import MoEEmuLM
 
 pytestmark = [pytest.mark.gpu,

@@ -2,7 +2,7 @@
 
 import json
 
-from harness import report
+from harness.util import report
 from harness.pipelines import junit_annotate
 
 FAILURE_TEXT = """self = <test>

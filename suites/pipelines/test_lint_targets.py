@@ -1,5 +1,5 @@
 """Every lint on CUDA and on ROCm steps alike, each with the value missing
-entirely and with it present but wrong (issue 11: vLLM #46254's lm_eval.yaml had
+entirely and with it present but wrong (vLLM #46254's lm_eval.yaml had
 a ROCm step with no PYTORCH_ROCM_ARCH at all, which a wrong-value fixture alone
 never exercised)."""
 

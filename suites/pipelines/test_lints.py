@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.pipelines import command, lints, model, schema
+from harness.pipelines import lints, model, schema
+from harness.commands import pipeline as command
 
 LINT_DIR = Path(__file__).parent / "fixtures" / "lint"
 
@@ -86,6 +87,6 @@ def test_unreadable_and_non_yaml_files_are_clear_errors(tmp_path, capsys):
     bad.write_text("steps: [\n")
     rc = command.validate([str(bad), str(tmp_path / "absent.yml")], tmp_path)
     out = capsys.readouterr().out
-    assert rc == 2  # a file that is not a pipeline is bad input (issue 11), not a lint finding
+    assert rc == 2  # a file that is not a pipeline is bad input (exit 2), not a lint finding
     assert f"{bad}: not valid YAML" in out
     assert "absent.yml: cannot read" in out

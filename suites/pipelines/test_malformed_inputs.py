@@ -19,7 +19,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import cli, safe_yaml
+from harness import cli
+from harness.util import safe_yaml
 from suites.hostile_yaml import alias_bomb
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,8 @@ import shutil
 from pathlib import Path
 
 from harness.moe.schemes import SCHEME_NAMES
-from harness.pipelines import command, lints, model, nightly
+from harness.pipelines import lints, model, nightly
+from harness.commands import pipeline as command
 
 REPO = Path(__file__).resolve().parents[2]
 

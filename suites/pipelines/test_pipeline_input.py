@@ -1,4 +1,4 @@
-"""Issue 11, pipelines and the CLI: hostile pipeline files refused in one line
+"""Pipelines and the CLI as input: hostile pipeline files refused in one line
 (exit 2), duplicate keys refused, `steps` missing named, parallelism <= 0 caught,
 the [files] lint reading commands with a shell lexer and never leaving the
 checkout, and one-line exit-2 errors for bad command-line values."""
@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import cli, safe_yaml
-from harness.pipelines import command, lints, model, shell_refs
+from harness import cli
+from harness.util import safe_yaml
+from harness.pipelines import lints, model, shell_refs
+from harness.commands import pipeline as command
 from suites.hostile_yaml import alias_bomb
 
 HERE = Path(__file__).resolve().parent

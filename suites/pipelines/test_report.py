@@ -1,4 +1,4 @@
-"""harness.report: atomic writes, JUnit XML, summary order, report folders, plots, Test Engine upload."""
+"""harness.util.report: atomic writes, JUnit XML, summary order, report folders, plots, Test Engine upload."""
 
 import http.server
 import json
@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness import report
+from harness.util import report
 
 
 def _tmp_leftovers(folder):

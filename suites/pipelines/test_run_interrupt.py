@@ -93,6 +93,7 @@ def test_signal_between_checks(tmp_path, sig, code):
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"moe-harness run: interrupted by {sig.name}")
 
 
+@pytest.mark.slow
 def test_every_check_is_on_disk_before_the_next_starts_and_noise_goes_to_the_log(tmp_path):
     rc, out, err = _finish(_start(tmp_path, "formats", "lmeval"))
     assert rc == 1, (out, err)  # fake/bad fails
@@ -138,7 +139,7 @@ def test_quiet_and_verbose_exclude_each_other(capsys):
 def test_what_counts_as_third_party():
     import sysconfig
 
-    from harness import noise
+    from harness.util import noise
 
     site = sysconfig.get_paths()["purelib"]
     assert noise.is_third_party_file(os.path.join(site, "torchao", "__init__.py"))
@@ -149,7 +150,7 @@ def test_what_counts_as_third_party():
 
 
 def test_catch_signals_raises_once_then_only_notes():
-    from harness import interrupt
+    from harness.util import interrupt
 
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     with interrupt.catch_signals() as guard:

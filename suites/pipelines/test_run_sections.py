@@ -1,6 +1,6 @@
 """`moe-harness run`: a section that cannot import what it needs is a failed
 check naming the package and the extra to install, never a quiet skip."""
-from harness import run
+from harness.commands import run
 
 
 def _run(section, runner):

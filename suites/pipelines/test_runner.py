@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.pipelines import command
+from harness.commands import pipeline as command
 
 RUN_DIR = Path(__file__).parent / "fixtures" / "run"
 REPO = Path(__file__).resolve().parents[2]
@@ -154,7 +154,7 @@ def _start_run(tmp_path, fixture, *extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("BUILDKITE_")}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.Popen(
-        [sys.executable, "-m", "harness.pipelines", "run", str(tmp_path / fixture), "--target", "cpu",
+        [sys.executable, "-m", "harness.cli", "pipeline", "run", str(tmp_path / fixture), "--target", "cpu",
          "--root", str(tmp_path), *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 

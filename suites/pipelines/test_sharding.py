@@ -30,6 +30,7 @@ def _ids(proc) -> list[str]:
     return [line.strip() for line in out.splitlines() if "::" in line]
 
 
+@pytest.mark.slow
 def test_shards_cover_every_test_exactly_once():
     procs = [_start()] + [_start(j, JOBS) for j in range(JOBS)]  # all at once: one interpreter start of wall time
     everything, *shards = [_ids(p) for p in procs]

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 import harness.formats as hf
 import harness.strategies as hs
 
-from . import oracles
-from suites.checks.bitwise import assert_bitwise_equal
+from suites.properties import oracles
+from harness.testing.checks.bitwise import assert_bitwise_equal
 
 torchao = pytest.importorskip("torchao", reason="torchao is a test dependency (pyproject [test])")
 

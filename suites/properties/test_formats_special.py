@@ -7,7 +7,7 @@ import torch
 import harness.formats as hf
 from harness.formats.scales import e4m3_decode
 
-from suites.checks.bitwise import assert_bitwise_equal
+from harness.testing.checks.bitwise import assert_bitwise_equal
 
 MX = hf.MX_FORMAT_NAMES
 F32_MAX = torch.finfo(torch.float32).max

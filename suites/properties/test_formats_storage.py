@@ -8,8 +8,8 @@ dtype, the format and what is accepted.
 The oracle for float8 storage is torch's own reading of that dtype: a scale
 stored as float8_e8m0fnu means scales.float() (2^(b-127)), one stored as
 float8_e4m3fn means its E4M3 value, fp8 codes stored as float8 mean their
-value. Reading such a tensor by value instead of by its bits (the bug of
-issue 11: -1.17e-38 where -1.0 is right) fails every case here.
+value. Reading such a tensor by value instead of by its bits (an E8M0 scale
+0.5 read as byte 0: -1.17e-38 where -1.0 is right) fails every case here.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from harness.formats.bounds import check_qdq_bound
 from harness.moe import conversion, loaders
 from harness.moe import ops as moe_ops
 from harness.kernels.fused_gemm import FusedWeights
-from suites.checks.bitwise import assert_bitwise_equal
+from harness.testing.checks.bitwise import assert_bitwise_equal
 
 U8 = torch.uint8
 E4M3FN = torch.float8_e4m3fn

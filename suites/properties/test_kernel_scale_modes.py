@@ -8,7 +8,9 @@ import torch
 
 import harness.formats as hf
 from harness.formats import spec
-from harness.kernels import constants, launch, launch_aot, targets
+from harness.kernels import constants, launch
+from harness.aot import emulation_launches as launch_aot
+from harness.aot import compile as targets
 from harness.kernels.loader import kernels
 
 UNKNOWN = max(spec.SCALE_MODE_CODES.values()) + 1

@@ -18,7 +18,7 @@ import torch
 
 import harness.formats as hf
 from harness.kernels import fused_gemm
-from suites.checks.bitwise import assert_bitwise_equal
+from harness.testing.checks.bitwise import assert_bitwise_equal
 
 # Encode-side global scales of the two-level rows, one per expert: 1, a
 # generic value, and two that push fl32(s / gs) to float32's extremes

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 import harness.formats as hf
 import harness.kernels as hk
 import harness.strategies as hs
-from suites.checks.bitwise import assert_bitwise_equal
-from suites.properties.test_kernels import DTYPES, FMTS, _corner_tensor, _options, check_all_kernels
+from harness.testing.checks.bitwise import assert_bitwise_equal
+from suites.properties.kernel_properties import DTYPES, FMTS, check_all_kernels, corner_tensor, options
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -31,7 +31,7 @@ NO_SHRINK = settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(data=st.data())
 def test_kernels_match_reference_gpu(fmt, data):
     case = data.draw(hs.block_tensors(fmt, allow_nan_inf=True, max_rows=64, max_blocks=8), label="case")
-    mode, gs = _options(fmt, data.draw(hs.scale_modes(), label="mode"), data.draw(hs.global_scales(), label="gs"))
+    mode, gs = options(fmt, data.draw(hs.scale_modes(), label="mode"), data.draw(hs.global_scales(), label="gs"))
     check_all_kernels(case.x, fmt, mode, data.draw(hs.roundings(), label="rounding"), gs, device=DEV)
 
 
@@ -45,7 +45,7 @@ def _spread_tensor(fmt, dtype, rows=256, seed=0):
     x = torch.randn(rows, cols, generator=g)
     e = torch.randint(lo, hi, (rows, cols // spec.block_size, 1), generator=g).float()
     x = (x.reshape(rows, -1, spec.block_size) * torch.exp2(e)).reshape(rows, cols)
-    corners = _corner_tensor(fmt, torch.float32)[:rows]
+    corners = corner_tensor(fmt, torch.float32)[:rows]
     x[: corners.shape[0], : spec.block_size] = corners
     return x.to(dtype)
 

@@ -24,7 +24,7 @@ import torch
 
 import harness.formats as hf
 import harness.kernels as hk
-from suites.checks.bitwise import assert_bitwise_equal
+from harness.testing.checks.bitwise import assert_bitwise_equal
 
 ULPS = torch.arange(-3, 4, dtype=torch.int32)
 # Encode-side global scales: generic float32 values (none a power of two).

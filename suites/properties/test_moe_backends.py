@@ -10,7 +10,7 @@ import torch
 import harness.formats as hf
 from harness.kernels import loader
 from harness.moe import ops
-from suites.checks.bitwise import assert_bitwise_equal
+from harness.testing.checks.bitwise import assert_bitwise_equal
 
 
 @pytest.fixture

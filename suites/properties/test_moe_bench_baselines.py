@@ -1,5 +1,5 @@
 """The bench's baselines and limits (harness/moe/baselines.py, limits.py):
-what the #13 targets are measured against must itself be right."""
+what the bench's targets are measured against must itself be right."""
 import pytest
 import torch
 
@@ -55,7 +55,7 @@ def test_bench_moe_refuses_bad_arguments_in_one_line(flag, value, message):
     wrong) is one line naming the flag, not a traceback or a wrong table."""
     import argparse
 
-    from harness.moe import bench
+    from harness.commands.bench import moe as bench
 
     p = argparse.ArgumentParser()
     bench.add_arguments(p)

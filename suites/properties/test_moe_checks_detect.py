@@ -15,10 +15,10 @@ import harness.kernels.fused_gemm as fused
 import harness.moe.ops as ops
 import harness.moe.routing as routing
 from harness.moe import reference as ref
-from suites.checks import problem as pb
-from suites.checks.device import check_buffers_follow_weights
-from suites.checks.equivariance import check_expert_equivariance, check_token_equivariance
-from suites.checks.oracle import check_fused_matches_unfused, check_matches_reference
+from harness.testing.checks import problem as pb
+from harness.testing.checks.device import check_buffers_follow_weights
+from harness.testing.checks.equivariance import check_expert_equivariance, check_token_equivariance
+from harness.testing.checks.oracle import check_fused_matches_unfused, check_matches_reference
 from harness.strategies import MoEProblem
 
 

@@ -25,14 +25,15 @@ import pytest
 import torch
 
 from harness.moe.schemes import SCHEME_NAMES
-from suites.checks import problem as pb
-from suites.checks.device import check_buffers_follow_weights, check_conversion_every_backend, check_create_weights_every_scheme
-from suites.checks.offsets import check_fused_large_offsets
-from suites.checks.oracle import check_matches_reference, fused_c_prec
+from harness.testing.checks import problem as pb
+from harness.testing.checks.device import check_buffers_follow_weights, check_conversion_every_backend, check_create_weights_every_scheme
+from harness.testing.checks.offsets import check_fused_large_offsets
+from harness.testing.checks.oracle import check_matches_reference, fused_c_prec
 from harness.strategies import MoEProblem
+from harness.schemes import EXPERT_BACKENDS
 
 pytestmark = pytest.mark.gpu
-BACKENDS = ("unfused", "fused")
+BACKENDS = EXPERT_BACKENDS
 
 
 def _problem(scheme, T=12, seed=5):
@@ -196,17 +197,18 @@ def test_fused_scale_to_bf16_is_bitwise_torch():
 def test_per_tensor_fp8_qdq_on_device_is_bitwise_the_reference():
     """Dynamic per-tensor E4M3 QDQ (w_mxfp4_a_fp8's activations) on the GPU equals
     the CPU reference bit for bit. torch's CUDA division by a Python scalar is a
-    multiply by its float32 reciprocal, so s = amax / 448 written that way came
-    out fl(amax * fl(1/448)), 1 ulp off for some amax: found on an H200 by the
-    certified kl_oracle gate (a1 codes differed in 17,608 of 1.97M tokens)."""
+    multiply by its float32 reciprocal, so s = amax / 448 written that way comes
+    out fl(amax * fl(1/448)), 1 ulp off for some amax; the certified kl_oracle
+    gate sees it on an H200 (a1 codes differ in 17,608 of 1.97M tokens)."""
     from harness.moe import ops
-    from harness.moe.reference import _qdq_fp8_per_tensor
+    import harness.formats as hf
+    from harness.moe.reference import _qdq_per_tensor
 
     g = torch.Generator().manual_seed(0)
     mismatched = 0
     for i in range(256):
         x = torch.randn(16, 64, generator=g) * torch.exp2(torch.randint(-20, 21, (), generator=g).float())
         got = ops.e4m3_qdq_per_tensor(x.cuda(), None).cpu()
-        want = _qdq_fp8_per_tensor(x, None)
+        want = _qdq_per_tensor(x, None, hf.E4M3)
         mismatched += int(not torch.equal(got.view(torch.int32), want.view(torch.int32)))
     assert mismatched == 0, f"{mismatched} of 256 tensors differ from the reference"

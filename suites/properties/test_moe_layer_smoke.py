@@ -195,7 +195,7 @@ def test_fused_gemm_tiles_that_do_not_divide(scheme):
 def test_fused_layer_holds_one_multiplier_set(problem):
     """A two-level fused layer keeps only the float32 block multipliers of the
     precision it runs (here "ieee", CPU): a second set is a quarter byte per
-    weight of dead memory (issue #16's real-size runs). Asking the other
+    weight of dead memory (GiBs at real size). Asking the other
     precision of those weights is refused, naming it."""
     w13, w2, x, lg, a1, a2 = problem
     moe = hm.build_emulated_moe("nvfp4", w13, w2, top_k=K, a1_gscale=a1, a2_gscale=a2, backend="fused")

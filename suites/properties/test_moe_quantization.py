@@ -10,7 +10,7 @@
   dispatcher raises on unknown dtype keys and every scheme key quantizes;
 * scale sensitivity: multiplying a scale the scheme uses changes the output
   (NVFP4 activation global scales by 3: a power of two cancels exactly in
-  QDQ while the E4M3 block scales stay normal, see suites/checks/scale_use.py); a missing
+  QDQ while the E4M3 block scales stay normal, see harness/testing/checks/scale_use.py); a missing
   required scale raises ValueError.
 """
 import pytest
@@ -18,10 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.moe.schemes import SCHEME_NAMES, SCHEMES
-from suites.checks import problem as pb
-from suites.checks.double_qdq import check_single_quantization
-from suites.checks.scale_use import check_scale_sensitivity
-from suites.checks.silent_skip import check_dispatcher_keys, check_no_silent_skip
+from harness.testing.checks import problem as pb
+from harness.testing.checks.double_qdq import check_single_quantization
+from harness.testing.checks.scale_use import check_scale_sensitivity
+from harness.testing.checks.silent_skip import check_dispatcher_keys, check_no_silent_skip
 from harness.strategies import moe_problems
 
 ACT_SCHEMES = tuple(n for n in SCHEME_NAMES if SCHEMES[n].act_fmt is not None)

@@ -41,8 +41,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.moe.schemes import SCHEME_NAMES
-from suites.checks.global_scale import check_checkpoint_conventions
-from suites.checks.oracle import check_matches_reference
+from harness.testing.checks.global_scale import check_checkpoint_conventions
+from harness.testing.checks.oracle import check_matches_reference
 from harness.strategies import moe_problems
 
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.strategies import moe_problems
-from suites.checks import problem as pb
-from suites.checks.oracle import check_routing
+from harness.testing.checks import problem as pb
+from harness.testing.checks.oracle import check_routing
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

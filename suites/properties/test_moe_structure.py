@@ -27,13 +27,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.moe.schemes import SCHEME_NAMES
-from suites.checks import problem as pb
-from suites.checks.device import check_buffers_follow_weights, check_conversion_every_backend, check_create_weights_every_scheme
-from suites.checks.equivariance import check_expert_equivariance, check_token_equivariance
-from suites.checks.host_work import check_dynamo_fullgraph, check_no_host_work_in_forward, fresh_table_caches
-from suites.checks.oracle import check_fused_matches_unfused
-from suites.checks.shared_config import check_shared_config
+from harness.testing.checks import problem as pb
+from harness.testing.checks.device import check_buffers_follow_weights, check_conversion_every_backend, check_create_weights_every_scheme
+from harness.testing.checks.equivariance import check_expert_equivariance, check_token_equivariance
+from harness.testing.checks.host_work import check_dynamo_fullgraph, check_no_host_work_in_forward, fresh_table_caches
+from harness.testing.checks.oracle import check_fused_matches_unfused
+from harness.testing.checks.shared_config import check_shared_config
 from harness.strategies import moe_problems
+from harness.schemes import EXPERT_BACKENDS
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -91,7 +92,7 @@ def test_create_and_convert_weights_every_scheme_and_backend():
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
-@pytest.mark.parametrize("backend", ("unfused", "fused"))
+@pytest.mark.parametrize("backend", EXPERT_BACKENDS)
 def test_no_host_work_in_forward(scheme, backend, monkeypatch):
     from harness.strategies import MoEProblem
 

@@ -26,14 +26,13 @@ from hypothesis import strategies as st
 import harness.formats as hf
 import harness.kernels as hk
 import harness.moe.schemes as schemes
-from harness.formats import checks as format_checks
+from harness.commands.run import formats as format_checks
 from harness.formats.spec import E2M1, E2M3, INT8, FormatSpec
 from harness.kernels import constants as kernel_constants
 from harness.strategies import MoEProblem
-from suites.checks.bitwise import assert_bitwise_equal
-from suites.checks.oracle import check_fused_matches_unfused, check_matches_reference
-from suites.properties import test_formats_qdq as qdq_props
-from suites.properties import test_kernels as kernel_props
+from harness.testing.checks.bitwise import assert_bitwise_equal
+from harness.testing.checks.oracle import check_fused_matches_unfused, check_matches_reference
+from suites.properties import kernel_properties, qdq_properties
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -67,12 +66,12 @@ def synthetic(monkeypatch):
 
 
 def _small(prop):
-    """A property test of another module (a @given(data=st.data()) function) at
-    this module's small budget, without touching the original's settings."""
-    return BUDGET(given(data=st.data())(prop.hypothesis.inner_test))
+    """A shared property body (fmt, data) as a hypothesis test at this module's
+    small budget."""
+    return BUDGET(given(data=st.data())(prop))
 
 
-# --------------------------------------------------------------------- the example of issue 12
+# --------------------------------------------------------------------- a worked example
 # nvfp6_e2m3, x = [7.5, 7.0, 6.0, 1.0] (+ 12 zeros: one block of 16), global scale 1.
 # By the row's rule: amax = 7.5; fl32(1/7.5) = 0.13333334028720856; 7.5 * that =
 # 1.0000000521540642, which rounds to 1.0 in float32 (below 1 + 2^-24); gs * 1.0 = 1.0;
@@ -138,14 +137,14 @@ def test_format_run_checks_pass(synthetic):
 
 @pytest.mark.parametrize("fmt", list(ROWS))
 def test_reference_properties(synthetic, fmt):
-    _small(qdq_props.test_error_within_half_a_code_step)(fmt=fmt)
-    _small(qdq_props.test_monotone_within_a_block)(fmt=fmt)
-    _small(qdq_props.test_nan_or_inf_poisons_only_its_block)(fmt=fmt)
+    _small(qdq_properties.error_within_half_a_code_step)(fmt=fmt)
+    _small(qdq_properties.monotone_within_a_block)(fmt=fmt)
+    _small(qdq_properties.nan_or_inf_poisons_only_its_block)(fmt=fmt)
     if not ROWS[fmt].element.is_int:  # an integer element has no -0: qdq(-x) is +0 where -qdq(x) is -0
-        _small(qdq_props.test_sign_symmetry)(fmt=fmt)
+        _small(qdq_properties.sign_symmetry)(fmt=fmt)
     if ROWS[fmt].is_mx:
-        _small(qdq_props.test_mx_qdq_is_idempotent)(fmt=fmt)
-        _small(qdq_props.test_scale_mode_relations)(fmt=fmt)
+        _small(qdq_properties.mx_qdq_is_idempotent)(fmt=fmt)
+        _small(qdq_properties.scale_mode_relations)(fmt=fmt)
 
 
 def test_integer_element_codec():
@@ -170,9 +169,9 @@ def test_integer_element_codec():
 # --------------------------------------------------------------------- kernels == reference
 @pytest.mark.parametrize("fmt", KERNEL_ROWS)
 def test_kernels_match_reference(synthetic, fmt):
-    _small(kernel_props.test_kernels_match_reference)(fmt=fmt)
-    _small(kernel_props.test_dequantize_any_bytes)(fmt=fmt)
-    kernel_props.test_every_mode_rounding_dtype_on_corners(fmt)
+    _small(kernel_properties.kernels_match_reference)(fmt=fmt)
+    _small(kernel_properties.dequantize_any_bytes)(fmt=fmt)
+    kernel_properties.every_mode_rounding_dtype_on_corners(fmt)
 
 
 def test_kernels_refuse_integer_elements(synthetic):

@@ -11,9 +11,9 @@ import harness.formats as hf
 import harness.moe.conversion as conv
 import harness.moe.loaders as loaders
 
-from suites.checks.global_scale import check_checkpoint_conventions
+from harness.testing.checks.global_scale import check_checkpoint_conventions
 
-from ._inject import detects, problem
+from suites.regressions.inject import detects, problem
 
 
 @pytest.mark.parametrize("seed", (0, 1, 2))

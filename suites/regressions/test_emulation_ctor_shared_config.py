@@ -9,9 +9,9 @@ import pytest
 
 import harness.moe.experts as ex
 
-from suites.checks.shared_config import check_shared_config
+from harness.testing.checks.shared_config import check_shared_config
 
-from ._inject import detects, problem
+from suites.regressions.inject import detects, problem
 
 SCHEMES = ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8")
 

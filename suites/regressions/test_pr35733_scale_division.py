@@ -8,9 +8,9 @@ import pytest
 
 import harness.moe.ops as ops
 
-from suites.checks.oracle import check_matches_reference
+from harness.testing.checks.oracle import check_matches_reference
 
-from ._inject import detects, problem
+from suites.regressions.inject import detects, problem
 
 
 @pytest.mark.parametrize("ckpt", ("modelopt", "compressed_tensors"))

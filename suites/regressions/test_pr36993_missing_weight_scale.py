@@ -5,9 +5,9 @@ every scheme x backend with emulation forced."""
 import harness.moe as hm
 import harness.moe.conversion as conv
 
-from suites.checks.device import check_create_weights_every_scheme
+from harness.testing.checks.device import check_create_weights_every_scheme
 
-from ._inject import detects
+from suites.regressions.inject import detects
 
 
 def test_every_scheme_and_backend_creates_and_converts_weights():

@@ -2,16 +2,16 @@
 `.to(device)` is not allowed during CUDA graph capture, so the fix moved it at
 load time. Generic check (CPU proxy of capturability): a forward right after
 conversion builds/moves no lookup table, reads no tensor value on the host
-and copies nothing across devices (suites/checks/host_work.no_host_work); on a GPU,
+and copies nothing across devices (harness/testing/checks/host_work.no_host_work); on a GPU,
 suites/properties/test_moe_gpu.py captures the forward in a CUDA graph."""
 import pytest
 
 import harness.moe.ops as ops
 
-from suites.checks import problem as pb
-from suites.checks.host_work import HostWorkInForward, check_no_host_work_in_forward, fresh_table_caches
+from harness.testing.checks import problem as pb
+from harness.testing.checks.host_work import HostWorkInForward, check_no_host_work_in_forward, fresh_table_caches
 
-from ._inject import problem
+from suites.regressions.inject import problem
 
 
 @pytest.mark.parametrize("scheme", ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8"))

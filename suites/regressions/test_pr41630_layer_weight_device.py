@@ -3,13 +3,13 @@ convert_to_nvfp4_moe_kernel_format read `layer.weight.device`; a FusedMoE
 layer has only w13/w2, so selecting emulation crashed at startup.
 Generic check: every backend branch of every kernel-format conversion runs
 with a minimal layer object (only the MoE attributes) and keeps its outputs
-on w13's device (suites/checks/device.check_conversion_every_backend)."""
+on w13's device (harness/testing/checks/device.check_conversion_every_backend)."""
 import harness.moe as hm
 import harness.moe.conversion as conv
 
-from suites.checks.device import check_conversion_every_backend
+from harness.testing.checks.device import check_conversion_every_backend
 
-from ._inject import detects
+from suites.regressions.inject import detects
 
 
 def test_every_backend_converts_a_layer_without_weight():

@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 
-from suites.checks.offsets import check_fused_large_offsets
+from harness.testing.checks.offsets import check_fused_large_offsets
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,7 +27,7 @@ _INJECT = textwrap.dedent('''
     import torch
     torch.set_num_threads(1)
     from harness.kernels import fused_gemm, loader
-    from suites.checks.offsets import check_fused_large_offsets
+    from harness.testing.checks.offsets import check_fused_large_offsets
     src = (loader.SOURCE_DIR / "fused_gemm_src.py").read_text()
     assert src.count("tl.int64") >= 3
     path = os.path.join(tempfile.mkdtemp(), "int32_offsets_kernel.py")
@@ -41,8 +41,8 @@ _INJECT = textwrap.dedent('''
         sys.exit(3)
     except RuntimeError as exc:
         # A wrapped int32 offset points before the weights: where that memory
-        # is unmapped, the GPU faults instead of reading wrong values (seen on
-        # an H200, 2026-11-30). The check failing loudly is a detection too.
+        # is unmapped, the GPU faults instead of reading wrong values (as on
+        # an H200). The check failing loudly is a detection too.
         if "illegal memory access" not in str(exc):
             raise
         print("DETECTED (illegal address):", str(exc)[:200])

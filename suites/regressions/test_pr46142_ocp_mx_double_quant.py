@@ -8,10 +8,10 @@ import pytest
 
 import harness.moe.experts as ex
 
-from suites.checks.double_qdq import check_single_quantization
-from suites.checks.oracle import check_matches_reference
+from harness.testing.checks.double_qdq import check_single_quantization
+from harness.testing.checks.oracle import check_matches_reference
 
-from ._inject import detects, problem
+from suites.regressions.inject import detects, problem
 
 MX_ACT = ("w_mxfp4_a_mxfp4", "w_mxfp4_a_mxfp6_e3m2", "w_mxfp4_a_fp8")
 

@@ -14,10 +14,10 @@ So counting calls is THE detector for this class (as for OCP MX, where QDQ is
 exactly idempotent), and the suites count calls on every drawn problem."""
 import harness.moe.experts as ex
 
-from suites.checks.double_qdq import check_single_quantization
-from suites.checks.oracle import check_matches_reference
+from harness.testing.checks.double_qdq import check_single_quantization
+from harness.testing.checks.oracle import check_matches_reference
 
-from ._inject import detects, problem
+from suites.regressions.inject import detects, problem
 
 
 def _double_quantizing_apply(self, hidden, topk_weights, topk_ids, *, activation="silu"):

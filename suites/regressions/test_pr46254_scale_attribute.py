@@ -9,10 +9,10 @@ import torch
 import harness.moe.experts as ex
 import harness.moe.quantize_input as qi
 
-from suites.checks.oracle import check_matches_reference
-from suites.checks.scale_use import check_scale_sensitivity
+from harness.testing.checks.oracle import check_matches_reference
+from harness.testing.checks.scale_use import check_scale_sensitivity
 
-from ._inject import detects, problem
+from suites.regressions.inject import detects, problem
 
 
 def test_nvfp4_scales_are_used_and_required():

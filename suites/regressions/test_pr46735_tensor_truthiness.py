@@ -2,17 +2,17 @@
 value: a host sync, "operation not permitted when stream is capturing" on
 ROCm. Generic check (CPU proxy of the graph-capture check in
 test_moe_gpu.py): no Python truthiness / item / data-dependent shape on a
-tensor during forward (suites/checks/host_work.no_host_work raises on Tensor.__bool__),
+tensor during forward (harness/testing/checks/host_work.no_host_work raises on Tensor.__bool__),
 and torch.compile(fullgraph=True) traces the forward without a graph break
 (check_dynamo_fullgraph: a tensor's truth value is a graph break)."""
 import pytest
 
 import harness.moe.experts as ex
 
-from suites.checks import problem as pb
-from suites.checks.host_work import HostWorkInForward, check_dynamo_fullgraph, check_no_host_work_in_forward
+from harness.testing.checks import problem as pb
+from harness.testing.checks.host_work import HostWorkInForward, check_dynamo_fullgraph, check_no_host_work_in_forward
 
-from ._inject import problem
+from suites.regressions.inject import problem
 
 
 @pytest.mark.parametrize("scheme,act_scale", [("nvfp4", 1.0), ("w_mxfp4_a_fp8", 1.0), ("w_mxfp4_a_fp8", 0.0)])

@@ -11,10 +11,10 @@ import pytest
 import harness.moe.quantize_input as qi
 import harness.moe.schemes as schemes
 
-from suites.checks.oracle import check_matches_reference
-from suites.checks.silent_skip import check_dispatcher_keys, check_no_silent_skip
+from harness.testing.checks.oracle import check_matches_reference
+from harness.testing.checks.silent_skip import check_dispatcher_keys, check_no_silent_skip
 
-from ._inject import detects, problem
+from suites.regressions.inject import detects, problem
 
 
 def test_dispatcher_keys_and_no_skip():

@@ -9,9 +9,9 @@ import pytest
 import harness.moe.ops as ops
 from harness.moe.schemes import SCHEME_NAMES, SCHEMES
 
-from suites.checks.ties import check_activation_qdq_ties
+from harness.testing.checks.ties import check_activation_qdq_ties
 
-from ._inject import detects
+from suites.regressions.inject import detects
 
 TIE_SCHEMES = tuple(n for n in SCHEME_NAMES if SCHEMES[n].act_fmt not in (None, "fp8"))
 

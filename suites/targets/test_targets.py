@@ -14,8 +14,10 @@ import triton.language as tl
 
 import harness
 from harness import cli
-from harness.kernels import inventory, registry, targets
-from harness.kernels.registry import Variant
+from harness.aot import inventory
+from harness.aot import registry
+from harness.aot import compile as targets
+from harness.aot.registry import Variant
 
 ROOT = Path(harness.__file__).resolve().parents[1]
 GATE_TARGETS = ("gfx942", "sm_90")
@@ -81,6 +83,7 @@ C = triton.jit(c_kernel)
     assert sorted(inventory.jit_function_sources(src)) == ["_helper", "a_kernel", "b_kernel", "c_kernel"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["cuda", "hip"])
 def test_every_kernel_has_launches_and_pairs_keep_every_value(backend):
     items = targets.work_list(backend=backend)

@@ -8,7 +8,7 @@ import torch
 import harness.formats as hf
 from harness.formats import minifloat
 
-from ..protocol import Implementation, Unavailable
+from harness.conformance.protocol import Implementation, Unavailable
 
 
 def compressed_tensors_nvfp4() -> Implementation:

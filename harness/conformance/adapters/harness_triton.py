@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import harness.formats as hf
 
-from ..protocol import Implementation, Unavailable
+from harness.conformance.protocol import Implementation, Unavailable
 
 
 def harness_triton() -> Implementation:

@@ -16,7 +16,7 @@ import torch
 
 import harness.formats as hf
 
-from ..protocol import Implementation, Unavailable
+from harness.conformance.protocol import Implementation, Unavailable
 
 # NVFP4's global scale maps the tensor amax to 6 * 448.
 _E2M1_X_E4M3_MAX = 6.0 * 448.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import harness.formats as hf
 
-from ..protocol import Implementation, Unavailable
+from harness.conformance.protocol import Implementation, Unavailable
 
 # Quark's element dtype names, matched on (ebits, mbits) of the format row.
 _QUARK_ELEMENT = {(2, 1): "fp4", (2, 3): "fp6_e2m3", (3, 2): "fp6_e3m2", (4, 3): "fp8_e4m3", (5, 2): "fp8_e5m2"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import harness.formats as hf
 
-from ..protocol import Implementation
+from harness.conformance.protocol import Implementation
 
 
 def _quantize(x, fmt, mode, rounding, gs):

@@ -7,7 +7,7 @@ import torch
 
 import harness.formats as hf
 
-from ..protocol import Implementation, Unavailable
+from harness.conformance.protocol import Implementation, Unavailable
 
 
 def _torchao():

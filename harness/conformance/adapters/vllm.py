@@ -26,7 +26,7 @@ import torch
 import harness.formats as hf
 from harness.formats import minifloat
 
-from ..protocol import Implementation, Unavailable
+from harness.conformance.protocol import Implementation, Unavailable
 
 _UTILS = "vllm.model_executor.layers.quantization.utils"
 # gs = 3: fl(1/3) is inexact, so a decode-side multiplier differs from s / gs.

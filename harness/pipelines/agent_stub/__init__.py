@@ -26,7 +26,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness import report
+from harness.util import report
+from harness.pipelines.runner import find_artifacts
 
 
 def _run_dir() -> Path:
@@ -87,8 +88,6 @@ def artifact_upload(args) -> int:
 
 
 def artifact_download(args) -> int:
-    from harness.pipelines.runner import find_artifacts
-
     run = _run_dir()
     found = find_artifacts(run, args.pattern)
     if args.step:

@@ -1,0 +1,120 @@
+"""Every GPU launch of the fused MoE kernels (fused_gemm.py, fused_act.py) that
+their host code can make, registered for the ahead-of-time compile check
+(harness.aot.registry).
+
+Built from the same tables and helpers the launchers use (fused_gemm.gemm_meta,
+fused_gemm.dequant_meta, GPU_CONFIGS, BLOCK_MS, fused_act's *_META): for every
+weight format of the format table (and float weights for the "bf16"
+baseline), precision "ieee" and "bf16", every BLOCK_M class, mode "fused"
+and both launches of mode "predequant", masked and unmasked N/K tails.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
+
+from harness.kernels import fused_act, fused_gemm
+from harness.aot.emulation_launches import ptr
+from harness.aot.registry import Variant, bind, register
+from harness.kernels import moe_align
+
+_DT = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+_OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
+_INTS = ("N", "K", "stride_xm", "stride_om", "stride_we", "stride_wn", "stride_me", "stride_mn", "SPLIT_BLOCKS", "stride_os",
+         "x_row_div")
+
+
+def _variant(kernel, config, types, meta):
+    options = {k: v for k, v in meta.items() if k in _OPTIONS}
+    consts = {k: v for k, v in meta.items() if k not in _OPTIONS}
+    sig, consts = bind(kernel, types, consts)
+    return Variant(config, sig, consts, options)
+
+
+def _gemm_types(x_dt, w_dt):
+    return dict(x_ptr=ptr(x_dt), rows_ptr="*i64", block_expert_ptr="*i32", w_ptr=ptr(w_dt), mult_ptr="*fp32",
+                post_ptr="*fp32", gs_ptr="*fp32", out_ptr="*fp32", **{n: "i32" for n in _INTS})
+
+
+def weight_formats():
+    """Weight formats the GEMM decodes: every row of the format table."""
+    return list(FORMAT_NAMES)
+
+
+def gemm_variants(backend: str):
+    k = fused_gemm._kernel(False)
+    rocm = backend == "hip"
+    for prec in ("ieee", "bf16"):
+        bf16 = prec == "bf16"
+        x_dt = torch.bfloat16 if bf16 else torch.float32
+        for bm in fused_gemm.BLOCK_MS:
+            for even in (True, False):
+                tail = "even" if even else "masked"
+                for fmt in weight_formats():
+                    post = bf16 and get_format(fmt).has_global_scale  # post_bf16: 1/(gs_w * gs_a) after the dot
+                    # mode "fused": codes decoded in the K loop
+                    meta = fused_gemm.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
+                                           config={"EVEN_NK": even}, rocm=rocm)
+                    yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, torch.uint8), meta)
+                    if bm < 64 and not (rocm and not bf16):  # a short K loop (gemm_meta's choice below SHORT_K_MAX)
+                        meta = fused_gemm.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0,
+                                                    k=fused_gemm.SHORT_K_MAX, interpret=False,
+                                                    config={"EVEN_NK": even}, rocm=rocm)
+                        yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.shortk", _gemm_types(x_dt, torch.uint8),
+                                       meta)
+                    # mode "predequant": the dequant-only pass, then the GEMM on the float scratch
+                    if bm == fused_gemm.BLOCK_MS[0]:
+                        meta = fused_gemm.dequant_meta(1, fmt, n=0, k=0, interpret=False, config={"EVEN_NK": even},
+                                                       bf16_out=bf16)
+                        types = dict(_gemm_types(x_dt, torch.uint8), x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt),
+                                     block_expert_ptr=ptr(x_dt), post_ptr=ptr(x_dt), gs_ptr=ptr(x_dt), out_ptr=ptr(x_dt))
+                        yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)
+                    kind = "large_float" if bm >= 64 else "small"
+                    meta = fused_gemm.gemm_meta(0, None, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
+                                           config={"EVEN_NK": even}, cfg_kind=kind, rocm=rocm,
+                                           w_bytes=x_dt.itemsize)
+                    yield _variant(k, f"predequant.gemm.{prec}.bm{bm}.{tail}" + (".post" if post else ""),
+                                   _gemm_types(x_dt, x_dt), meta)
+                # float weights as given (scheme "bf16", FusedWeights.from_float)
+                for w_dt in FLOAT_DTYPES:
+                    meta = fused_gemm.gemm_meta(0, None, bf16=bf16, has_post=False, block_m=bm, n=0, k=0, interpret=False,
+                                           config={"EVEN_NK": even}, rocm=rocm, w_bytes=w_dt.itemsize)
+                    yield _variant(k, f"float.w{_DT[w_dt]}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, w_dt), meta)
+
+
+def silu_variants(backend=None):
+    k = fused_act._kernel()
+    types = dict(h_ptr="*fp32", out_ptr="*fp32", inter="i32", stride_h="i32", stride_o="i32")
+    yield _variant(k, "f32", types, fused_act.SILU_META)
+
+
+def scale_variants(backend=None):
+    k = fused_act._scale_kernel()
+    types = dict(x_ptr="*fp32", g_ptr="*fp32", out_ptr="*bf16", n="i32")
+    yield _variant(k, "f32-to-bf16", types, fused_act.SCALE_META)
+
+
+register("_moe_gemm_kernel", lambda: fused_gemm._kernel(False), gemm_variants)
+register("silu_and_mul_kernel", fused_act._kernel, silu_variants)
+register("scale_to_bf16_kernel", fused_act._scale_kernel, scale_variants)
+
+
+def align_variants(backend=None):
+    """Every padded size the host code can launch: pairs and experts up to
+    moe_align's limits, padded to powers of two (BLOCK_M is a runtime int)."""
+    k = moe_align._kernel(False)
+    types = dict(ids_ptr="*i64", rows_ptr="*i64", block_expert_ptr="*i32", P="i32", E="i32", NB="i32", NROWS="i32",
+                 BLOCK_M="i32")
+    seen = set()
+    for p in range(1, moe_align.MAX_PAIRS + 1):
+        for e in range(1, moe_align.MAX_EXPERTS + 1):
+            meta = moe_align.meta(p, e)
+            key = tuple(sorted(meta.items()))
+            if key not in seen:
+                seen.add(key)
+                yield _variant(k, f"p{meta['P_PAD']}.e{meta['E_PAD']}", types, meta)
+
+
+register("_align_kernel", lambda: __import__("harness.kernels.moe_align", fromlist=["_kernel"])._kernel(False),
+         align_variants)

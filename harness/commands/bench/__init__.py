@@ -1,0 +1,1 @@
+"""`moe-harness bench ...`: one module per benchmark, JSON to stdout and reports/."""

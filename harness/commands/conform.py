@@ -1,0 +1,85 @@
+"""`moe-harness conform`: run implementations against the reference, stage by
+stage, over input families from the format table; write reports/<ts>-conform/
+{results.json, summary.md, heatmap.png}; exit 1 when a divergence is not
+explained by the registry (divergences.yaml), 2 on bad arguments."""
+from __future__ import annotations
+
+import platform
+import sys
+import time
+
+import torch
+
+import harness.formats as hf
+from harness.util import report as hr
+
+from harness.conformance import divergences as dv
+from harness.conformance import report as conf_report
+from harness.conformance.registry import available_names
+from harness.conformance.runner import run_conformance
+
+
+def add_arguments(parser):
+    parser.add_argument("--impl", action="append", default=None, metavar="NAME",
+                        help="implementation name or module:object (repeatable; default: every shipped/registered one)")
+    parser.add_argument("--formats", nargs="+", default=None, metavar="FMT",
+                        help=f"formats to test (default: all of {', '.join(hf.FORMAT_NAMES)}); comma-separated also works")
+    parser.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random input families (recorded)")
+    parser.add_argument("--random-blocks", type=int, default=256, help="random-family blocks per format and dtype")
+    parser.add_argument("--registry", default=None, help="YAML registry of known divergences (default: the shipped one)")
+    parser.add_argument("--reports", default="reports", help="reports root folder")
+    parser.add_argument("--list", action="store_true", help="list the implementations and exit")
+
+
+def _formats(arg):
+    if arg is None:
+        return None
+    out = [f for a in arg for f in a.split(",") if f]
+    for f in out:
+        hf.get_format(f)
+    return out
+
+
+def main(args) -> int:
+    if args.list:
+        for n in available_names():
+            print(n)
+        return 0
+    try:
+        formats = _formats(args.formats)
+        registry = dv.load_registry(args.registry) if args.registry else dv.default_registry()
+        device = torch.device(args.device)
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"moe-harness conform: {e}", file=sys.stderr)
+        return 2
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("moe-harness conform: --device cuda but no CUDA device is available", file=sys.stderr)
+        return 2
+    names = args.impl or available_names()
+    t0 = time.perf_counter()
+
+    def progress(impl, cell, res):
+        bad = [s for s, r in res["stages"].items() if r.get("status") == "error" or r.get("unexplained_blocks")]
+        if bad:
+            print(f"FAIL  {impl.name:<16} {cell.label():<40} stages {', '.join(bad)}", flush=True)
+
+    try:
+        data = run_conformance(names, formats=formats, device=device, seed=args.seed,
+                               random_blocks=args.random_blocks, registry=registry, progress=progress)
+    except (ValueError, TypeError) as e:  # unknown implementation, bad --impl object
+        print(f"moe-harness conform: {e}", file=sys.stderr)
+        return 2
+    elapsed = round(time.perf_counter() - t0, 2)
+    meta = {"command": "moe-harness conform " + " ".join(sys.argv[2:]), "seed": args.seed, "device": str(device),
+            "torch": torch.__version__, "python": platform.python_version(), "seconds": elapsed,
+            "registry": args.registry or str(dv.REGISTRY_PATH)}
+    rd = hr.ReportDir.create("conform", root=args.reports)
+    conf_report.write(rd, data, meta)
+    rd.update_latest()
+    for s in data["skipped"]:
+        print(f"SKIP  {s['name']}: {s['reason']}")
+    for i in data["implementations"]:
+        print(f"{'FAIL' if i['failed'] else 'PASS'}  {i['name']} {i['version']}: {i['cells']} cells, {i['seconds']} s")
+    print(f"{'FAILED' if data['failed'] else 'passed'} in {elapsed} s -- report: {rd.path}/summary.md", flush=True)
+    return 1 if data["failed"] else 0

@@ -1,0 +1,50 @@
+"""32-bit offset overflow (vLLM #44667): the fused dequant+GEMM addresses
+expert weights past 2^31 bytes correctly."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+import harness.formats as hf
+from harness.moe import reference as ref
+
+from harness.testing.checks.problem import describe_mismatch, gamma
+from harness.kernels import fused_gemm as fused
+
+
+def check_fused_large_offsets(device="cpu", scheme_name="w_mxfp8", E=3, N=32, K=64):
+    """The fused dequant+GEMM addresses expert weights past 2^31 bytes
+    correctly. The weight codes of expert e live at e * S bytes with
+    S = 2^30 + 4096 in one large, mostly untouched allocation (virtual memory
+    only: pages that are never written are never committed), so expert 2
+    starts beyond 2^31: int32 offset arithmetic wraps there. Rows routed to the
+    last expert must equal x @ dequant(W[e]).T (float32 GEMM bound)."""
+    scheme = ref.resolve_scheme(scheme_name)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(E, N, K, generator=g)
+    q = hf.quantize(w, scheme.weight_fmt, scale_mode=scheme.scale_mode)
+    fw = fused.FusedWeights.from_quantized(q, None)
+    fw = dataclasses.replace(fw, data=fw.data.to(device), mult=fw.mult.to(device) if fw.mult is not None else None,
+                             mult_bf16=fw.mult_bf16.to(device) if fw.mult_bf16 is not None else None)
+    S = 2**30 + 4096
+    Kd = fw.data.shape[-1]
+    big = torch.empty(E * S, dtype=torch.uint8, device=device)
+    data = big.as_strided((E, N, Kd), (S, Kd, 1))
+    data.copy_(fw.data)
+    fw_big = dataclasses.replace(fw, data=data)
+    P = 8
+    x = hf.qdq(torch.randn(P, K, generator=g), "mxfp8_e4m3").to(device)
+    ids = torch.tensor([E - 1] * (P - 2) + [0, 1], dtype=torch.int64, device=device)
+    wd = ref.dequant_weight(q, None, scheme, "w")
+    want = torch.stack([x[p].cpu().double() @ wd[int(ids[p])].T for p in range(P)])
+    tol = 2 * gamma(K) * torch.stack([x[p].cpu().double().abs() @ wd[int(ids[p])].abs().T for p in range(P)]) + 2.0**-140
+    modes = [m for m in getattr(fused, "MODES", ("fused",)) if m != "auto"]
+    for mode in modes:
+        kw = {"mode": mode} if hasattr(fused, "MODES") else {}
+        out = fused.moe_gemm(x, ids, fw_big, precision="ieee", **kw)
+        err = (out.cpu().double() - want).abs()
+        bad = ~(err <= tol)
+        assert not bool(bad.any()), describe_mismatch(
+            f"fused GEMM (mode {mode}) with expert offsets up to {(E - 1) * S} bytes", out.cpu(), want, tol, bad)
+    return {"max_offset": (E - 1) * S, "modes": modes}

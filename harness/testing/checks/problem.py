@@ -1,0 +1,188 @@
+"""Shared helpers of the MoE checks: a problem (harness.strategies.MoEProblem)
+turned into ground-truth quantized weights, a checkpoint in the problem's
+convention, a loaded config and a layer; the float64 reference trace and the
+tolerance of harness/moe/tolerance.py (the one model `moe-harness run` uses too).
+
+Every check in harness/testing/checks/ raises AssertionError (with a readable message)
+when its property fails and returns a small dict of measurements when it holds.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Optional
+
+import torch
+
+import harness.formats as hf
+import harness.moe as hm
+from harness.moe import reference as ref
+from harness.moe import tolerance as _tol
+
+F32, F64 = torch.float32, torch.float64
+U = _tol.U
+gamma = _tol.gamma
+
+
+@dataclasses.dataclass
+class Truth:
+    """Ground truth of a problem's quantized weights (before any loader)."""
+
+    w13_q: hf.QuantizedTensor
+    w2_q: hf.QuantizedTensor
+    w13_gscale: Optional[torch.Tensor]
+    w2_gscale: Optional[torch.Tensor]
+    a1_gscale: Optional[torch.Tensor] = None
+    a2_gscale: Optional[torch.Tensor] = None
+    a1_scale: Optional[torch.Tensor] = None
+    a2_scale: Optional[torch.Tensor] = None
+
+
+def _dense_intermediate(t, activation: str) -> torch.Tensor:
+    """float64 act(hidden @ w13[e].T) for every token and expert (calibration)."""
+    h = torch.einsum("th,enh->ten", t.hidden.double(), t.w13.double())
+    return ref.reference_activation(h, activation)
+
+
+def truth_of(problem, t) -> Truth:
+    scheme = ref.resolve_scheme(problem.scheme)
+    if hf.FORMATS[scheme.weight_fmt].has_global_scale:
+        def qz(w):
+            gs = hf.nvfp4_global_scale(w.abs().amax(dim=(1, 2)), scheme.weight_fmt)
+            return hf.quantize(w, scheme.weight_fmt, global_scale=gs.reshape(-1, 1)), gs
+        w13_q, gs13 = qz(t.w13)
+        w2_q, gs2 = qz(t.w2)
+    else:
+        w13_q = hf.quantize(t.w13, scheme.weight_fmt, scale_mode=scheme.scale_mode)
+        w2_q = hf.quantize(t.w2, scheme.weight_fmt, scale_mode=scheme.scale_mode)
+        gs13 = gs2 = None
+    tr = Truth(w13_q, w2_q, gs13, gs2)
+    two_level_act = scheme.act_fmt in hf.FORMATS and hf.FORMATS[scheme.act_fmt].has_global_scale
+    if (two_level_act or scheme.act_per_tensor) and problem.act_scale:
+        a1max = t.hidden.abs().amax().double() if t.hidden.numel() else torch.zeros((), dtype=F64)
+        g = _dense_intermediate(t, problem.activation)
+        a2max = g.abs().amax() if g.numel() else torch.zeros((), dtype=F64)
+        if two_level_act:
+            def gsc(a):
+                num = hf.FORMATS[scheme.act_fmt].gs_numerator
+                return (num / a * problem.act_scale if a > 0 else torch.ones((), dtype=F64)).to(F32)
+            tr.a1_gscale, tr.a2_gscale = gsc(a1max), gsc(a2max)
+        else:
+            def dsc(a):
+                return (a / hf.E4M3.max_normal / problem.act_scale if a > 0 else torch.ones((), dtype=F64)).to(F32)
+            tr.a1_scale, tr.a2_scale = dsc(a1max), dsc(a2max)
+    return tr
+
+
+def checkpoint_tensors(problem, t, truth: Truth) -> dict:
+    """The problem's weights as a checkpoint dict in the problem's convention."""
+    scheme = ref.resolve_scheme(problem.scheme)
+    spec = hf.FORMATS[scheme.weight_fmt]
+
+    def codes(q):
+        return hf.pack_fp4(q.codes) if spec.is_fp4 else q.codes
+
+    d = {"w13_weight": codes(truth.w13_q), "w2_weight": codes(truth.w2_q)}
+    if not spec.has_global_scale:
+        d["w13_weight_scale"], d["w2_weight_scale"] = truth.w13_q.scales, truth.w2_q.scales
+        return d
+    scale_dtype = getattr(torch, spec.scale.torch_dtype)  # E4M3FN for nvfp4
+    d["w13_weight_scale"] = truth.w13_q.scales.view(scale_dtype)
+    d["w2_weight_scale"] = truth.w2_q.scales.view(scale_dtype)
+    E = truth.w13_gscale.shape[0]
+    # Per-expert input scales whose max (decode side) / min (encode side) is the truth.
+    spread = torch.linspace(1.0, 0.5, E, dtype=F64)[torch.randperm(E, generator=torch.Generator().manual_seed(problem.seed))]
+    if problem.ckpt == "modelopt":
+        d["w13_weight_scale_2"] = (1.0 / truth.w13_gscale.double()).to(F32)
+        d["w2_weight_scale_2"] = (1.0 / truth.w2_gscale.double()).to(F32)
+        if truth.a1_gscale is not None:
+            d["w13_input_scale"] = (spread / truth.a1_gscale.double()).to(F32)
+            d["w2_input_scale"] = (spread / truth.a2_gscale.double()).to(F32)
+    elif problem.ckpt == "compressed_tensors":
+        d["w13_weight_packed"] = d.pop("w13_weight")
+        d["w2_weight_packed"] = d.pop("w2_weight")
+        d["w13_weight_global_scale"] = truth.w13_gscale
+        d["w2_weight_global_scale"] = truth.w2_gscale
+        if truth.a1_gscale is not None:
+            d["w13_input_global_scale"] = (truth.a1_gscale.double() / spread).to(F32)
+            d["w2_input_global_scale"] = (truth.a2_gscale.double() / spread).to(F32)
+    else:
+        raise ValueError(f"unknown nvfp4 checkpoint convention {problem.ckpt!r}")
+    return d
+
+
+def load_config(problem, t, truth: Optional[Truth] = None, device="cpu"):
+    """MoEQuantConfig through the checkpoint loader of the problem's convention
+    (checkpoint tensors on `device`, so the config lives there)."""
+    truth = truth or truth_of(problem, t)
+    d = {k: v.to(device) for k, v in checkpoint_tensors(problem, t, truth).items()}
+    scheme = ref.resolve_scheme(problem.scheme)
+    if hf.FORMATS[scheme.weight_fmt].has_global_scale:
+        loader = hm.load_modelopt_nvfp4 if problem.ckpt == "modelopt" else hm.load_compressed_tensors_nvfp4
+        cfg = loader(d, scheme=scheme)
+    else:
+        cfg = hm.load_ocp_mx(d, scheme=scheme.name)
+        if truth.a1_scale is not None:
+            cfg = dataclasses.replace(cfg, a1_scale=truth.a1_scale.to(device), a2_scale=truth.a2_scale.to(device))
+    return cfg
+
+
+def make_moe(problem, cfg, backend: str = "unfused", **kw):
+    return hm.FusedMoE(hm.make_experts(cfg, backend=backend, **kw), top_k=problem.top_k,
+                       renormalize=problem.renormalize, scoring=problem.scoring, activation=problem.activation)
+
+
+def setup(problem, backend: str = "unfused", device="cpu"):
+    """(tensors, truth, cfg, moe) for a problem; tensors and config on `device`."""
+    t = problem.tensors()
+    truth = truth_of(problem, t)
+    cfg = load_config(problem, t, truth, device)
+    if torch.device(device).type != "cpu":
+        t = dataclasses.replace(t, **{f.name: getattr(t, f.name).to(device) for f in dataclasses.fields(t)})
+    return t, truth, cfg, make_moe(problem, cfg, backend)
+
+
+def run(moe, t) -> torch.Tensor:
+    with torch.no_grad():
+        return moe(t.hidden, t.router_logits)
+
+
+def output_tolerance(trace: ref.ReferenceTrace, problem, cfg, out_dtype=F32, c_prec: float = 0.0) -> torch.Tensor:
+    return _tol.output_tolerance(trace, cfg, activation=problem.activation, out_dtype=out_dtype, c_prec=c_prec)
+
+
+def reference_trace(problem, t, cfg, **kw) -> ref.ReferenceTrace:
+    return ref.reference_moe_trace(t.hidden, t.router_logits, cfg, top_k=problem.top_k,
+                                   renormalize=problem.renormalize, scoring=problem.scoring,
+                                   activation=problem.activation, **kw)
+
+
+def describe_mismatch(what, got, want, tol, bad):
+    idx = torch.nonzero(bad)[:4].tolist()
+    n = int(bad.sum())
+    ex = [(i, float(got[tuple(i)]), float(want[tuple(i)]), float(tol[tuple(i)])) for i in idx]
+    return f"{what}: {n} of {bad.numel()} elements outside tolerance; (index, layer, reference, tol): {ex}"
+
+
+@contextlib.contextmanager
+def single_thread():
+    """torch intra-op threads = 1 for the block (the suites run under
+    pytest -n 2 on small tensors: extra threads only contend)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def examples(fraction: float, minimum: int = 3):
+    """hypothesis settings with max_examples = fraction of the active profile's
+    (dev 40 / ci 60 / nightly 2000), at least `minimum`. The MoE properties are
+    parametrized over the 8 schemes, so fraction 1/4 already runs twice the
+    profile's count per property."""
+    from hypothesis import settings
+
+    n = settings.default.max_examples
+    return settings(max_examples=max(minimum, int(n * fraction)))
+
