@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from harness.lmeval.evaluate import run_tiny_all_schemes
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 

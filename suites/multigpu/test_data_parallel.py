@@ -10,6 +10,7 @@ import sys
 
 from harness.util.offline import set_threads
 from suites.multigpu import dp_eval
+import pytest
 
 
 @pytest.mark.slow
