@@ -13,6 +13,7 @@ import torch
 import harness.formats as hf
 from harness.util import report as hr
 
+from harness.commands import conform_moe
 from harness.conformance import divergences as dv
 from harness.conformance import report as conf_report
 from harness.conformance.registry import available_names
@@ -30,6 +31,7 @@ def add_arguments(parser):
     parser.add_argument("--registry", default=None, help="YAML registry of known divergences (default: the shipped one)")
     parser.add_argument("--reports", default="reports", help="reports root folder")
     parser.add_argument("--list", action="store_true", help="list the implementations and exit")
+    conform_moe.add_arguments(parser)
 
 
 def _formats(arg):
@@ -42,6 +44,8 @@ def _formats(arg):
 
 
 def main(args) -> int:
+    if args.moe:
+        return conform_moe.main(args)
     if args.list:
         for n in available_names():
             print(n)

@@ -7,8 +7,13 @@
         @hypothesis.given(format_strategies.block_tensors("nvfp4"))
         def inner(case): ...
 
+    def test_my_moe(moe_conformance):
+        moe_conformance.check(my_moe)           # a harness.conformance.moe.MoEImplementation
+
 `conformance` has check (harness.conformance.check.check), run (a whole
-run_conformance) and Implementation; `format_strategies` is harness.strategies.
+run_conformance) and Implementation; `moe_conformance` has check
+(harness.conformance.moe.check_moe), run (run_moe_conformance) and
+MoEImplementation; `format_strategies` is harness.strategies.
 """
 from __future__ import annotations
 
@@ -23,6 +28,13 @@ def conformance():
     from harness.conformance.check import check
 
     return types.SimpleNamespace(check=check, run=run_conformance, Implementation=Implementation)
+
+
+@pytest.fixture
+def moe_conformance():
+    from harness.conformance.moe import MoEImplementation, check_moe, run_moe_conformance
+
+    return types.SimpleNamespace(check=check_moe, run=run_moe_conformance, MoEImplementation=MoEImplementation)
 
 
 @pytest.fixture
