@@ -202,6 +202,52 @@ FAULTS += [
 ]
 
 
+# conform --moe (harness/conformance/moe): each bug-class check run against
+# a black-box MoE implementation, shown red by the planted seed-class layers
+# and the test-local broken layers of suites/conformance.
+MC = "harness/conformance/moe/checks.py"
+MP = "suites/conformance/test_moe_planted.py::test_planted_layer_failed_by_its_check"
+MT = "suites/conformance/test_moe_protocol.py::test_equivariance_oracle_and_offsets_fail_on_broken_layers"
+FAULTS += [
+    ("moe conform: double_qdq accepts extra QDQ calls", MC,
+     "    if got != want:\n        raise CheckFailed(f\"{len(shapes)} activation QDQ",
+     "    if len(got) < len(want):\n        raise CheckFailed(f\"{len(shapes)} activation QDQ", [MP]),
+    ("moe conform: scale_use probes only the weight global scales", MC,
+     'return [("a1_gscale", 3.0), ("a2_gscale", 3.0), ("w13_gscale", 2.0), ("w2_gscale", 2.0)]',
+     'return [("w13_gscale", 2.0), ("w2_gscale", 2.0)]', [MP]),
+    ("moe conform: silent_skip compares with the quantizing reference", MC,
+     "    err0 = (out.detach().cpu().double() - tr0.out).abs()", "    err0 = (out.detach().cpu().double() - want).abs()",
+     [MP]),
+    ("moe conform: device check catches KeyError, not AttributeError", MC,
+     "    except AttributeError as e:\n        raise CheckFailed(f\"build read an attribute",
+     "    except KeyError as e:\n        raise CheckFailed(f\"build read an attribute", [MP]),
+    ("moe conform: capture check without the host-work proxy", MC,
+     "        with torch.no_grad(), no_host_work():\n            fwd(h, lg)",
+     "        with torch.no_grad():\n            fwd(h, lg)", [MP]),
+    ("moe conform: ModelOpt weight_scale_2 written encode-side", "harness/conformance/moe/weights.py",
+     'd["w13_weight_scale_2"], d["w2_weight_scale_2"] = _recip(truth.w13_gscale), _recip(truth.w2_gscale)',
+     'd["w13_weight_scale_2"], d["w2_weight_scale_2"] = truth.w13_gscale, truth.w2_gscale',
+     [MP, "suites/conformance/test_moe_harness_layers.py::test_unfused_layer_passes_every_check_on_every_scheme"]),
+    ("moe conform: shared_weights builds each layer from a copy", MC,
+     "        return ctx.build(shared)  # every layer from the very same tensors",
+     "        return ctx.build({k: v.clone() for k, v in shared.items()})", [MP]),
+    ("moe conform: ties family without tie activations", "harness/conformance/moe/problems.py",
+     'Family("ties", "ties", 0, 2, "ties"),', 'Family("ties", "ties", 0, 2, "random"),', [MP]),
+    ("moe conform: shrinking never reaches one token", "harness/conformance/moe/problems.py",
+     "    for T in (1, p.T // 2, p.T - 1):\n        if 1 <= T < p.T:",
+     "    for T in (1, p.T // 2, p.T - 1):\n        if 1 < T < p.T:", [MP]),
+    ("moe conform: oracle compares the first token only", MC,
+     '    r = outside(out, ctx.inst.trace().out, ctx.tolerance(), "output vs the float64 reference")',
+     '    r = outside(out[:1], ctx.inst.trace().out[:1], ctx.tolerance()[:1], "output vs the float64 reference")',
+     [MT]),
+    ("moe conform: equivariance with a relative tolerance of 1", MC,
+     "    outside(outp, out[perm].cpu().double(), 2 * tol[pc],",
+     "    outside(outp, out[perm].cpu().double(), 2 * tol[pc] + out[perm].cpu().double().abs(),", [MT]),
+    ("moe conform: offsets probe failure taken for an error", MC,
+     "    except AssertionError as e:\n        raise CheckFailed(f\"expert weights past 2^31 bytes",
+     "    except NotImplementedError as e:\n        raise CheckFailed(f\"expert weights past 2^31 bytes", [MT]),
+]
+
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its
     file, or that names a test file or test function that does not exist."""

@@ -301,11 +301,14 @@ def run_shared_weights(ctx: Ctx) -> dict:
     after the second build, and building leaves the tensors' values alone."""
     shared = ctx.inst.weights
     before = {k: v.detach().clone() for k, v in shared.items()}
-    f1 = ctx.build(shared)
+
+    def layer():
+        return ctx.build(shared)  # every layer from the very same tensors
+
+    f1 = layer()
     o1 = ctx.forward(f1)
-    second = shared  # the second layer is built from the very same tensors
     try:
-        f2 = ctx.build(second)
+        f2 = layer()
         o2 = ctx.forward(f2)
         o1b = ctx.forward(f1)
     except CheckFailed:
@@ -313,7 +316,7 @@ def run_shared_weights(ctx: Ctx) -> dict:
     except Exception as e:
         raise CheckFailed(f"a second layer built from the same weights fails: {type(e).__name__}: {e}",
                           {"error": f"{type(e).__name__}: {e}", "verdict": IMPL_WRONG}) from None
-    changed = [k for k, v in before.items() if not torch.equal(v, second[k].detach())]
+    changed = [k for k, v in before.items() if not torch.equal(v, shared[k].detach())]
     if changed:
         raise CheckFailed(f"building the layer modified the weights it was given: {changed}",
                           {"modified": changed, "verdict": IMPL_WRONG})
