@@ -4,6 +4,9 @@ global-scale conventions), round-robin cells, deterministic shrinking, a
 missing hook reported "not provided", and the checks without a planted
 shipped layer (equivariance, offsets) shown failing on test-local layers."""
 import dataclasses
+import re
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +14,7 @@ import torch
 import harness.formats as hf
 from harness.conformance.moe import MoEImplementation, MoEWeights, run_moe_conformance
 from harness.conformance.moe import problems as pb
+from harness.conformance.moe import registry
 from harness.conformance.moe.layers import build_unfused, harness_unfused
 from harness.conformance.moe.runner import cells_for
 from harness.conformance.moe.schemes import ALL_SCHEME_NAMES
@@ -106,3 +110,17 @@ def test_equivariance_oracle_and_offsets_fail_on_broken_layers():
     # one token cannot be out of order; a seeded permutation of two can be the identity
     assert st["equivariance"]["minimal_size"]["T"] in (2, 3)
     assert st["offsets"]["status"] == "fail" and "wrapped int32 offset" in st["offsets"]["message"]
+
+
+def test_entry_points_are_the_shipped_list(monkeypatch):
+    """pyproject's moe_harness.moe_implementations entry points name exactly
+    the shipped implementations; an entry point is found by name."""
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "pyproject.toml").read_text()
+    section = text.split(f'[project.entry-points."{registry.GROUP}"]\n', 1)[1].split("\n\n", 1)[0]
+    eps = dict(re.findall(r'^([\w-]+) = "([^"]+)"$', section, re.M))
+    assert eps == registry.SHIPPED
+    ep = metadata.EntryPoint("my-moe", "harness.conformance.moe.layers:harness_unfused", registry.GROUP)
+    monkeypatch.setattr(registry, "_entry_points", lambda: {"my-moe": ep})
+    assert registry.get_moe_implementation("my-moe").name == "harness-unfused"
+    assert "my-moe" in registry.available_names()
