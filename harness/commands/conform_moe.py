@@ -37,12 +37,17 @@ def _split(arg):
 
 
 def main(args) -> int:
+    quantizer_only = [o for o, v in (("--impl", args.impl), ("--formats", args.formats),
+                                     ("--registry", args.registry)) if v]
+    if quantizer_only:
+        print(f"moe-harness conform: {', '.join(quantizer_only)} select quantizer runs; --moe runs MoE "
+              "implementations (give one or the other)", file=sys.stderr)
+        return 2
     if args.list:
         for n in available_names():
             print(n + ("  (planted bug)" if n in PLANTED else ""))
         return 0
-    names = [n for n in _split(args.moe)]
-    names = [x for n in names for x in (default_names() if n == "all" else [n])]
+    names = [x for n in _split(args.moe) for x in (default_names() if n == "all" else [n])]
     try:
         device = torch.device(args.device)
     except RuntimeError as e:

@@ -64,6 +64,7 @@ def test_command_reports_the_planted_failure(tmp_path, capsys):
     (["--moe", "harness-unfused", "--moe-checks", "oracl"], "unknown MoE check 'oracl'"),
     (["--moe", "harness-unfused", "--moe-schemes", "nvfp5"], "unknown MoE scheme 'nvfp5'"),
     (["--moe", "nosuchmodule:impl"], "cannot import module 'nosuchmodule'"),
+    (["--moe", "harness-unfused", "--impl", "reference"], "--impl select quantizer runs"),
 ])
 def test_bad_arguments_exit_2_naming_the_field(tmp_path, capsys, args, err):
     assert cli.main(["conform", *args, "--reports", str(tmp_path)]) == 2
