@@ -33,20 +33,28 @@ def test_unavailable_reasons(monkeypatch, tmp_path):
             tkm.triton_kernels_w4a16()
 
 
-def test_weight_conversion_round_trips_on_the_strided_layout():
+@pytest.mark.parametrize("layouts", ["strided", "hopper"])
+def test_weight_conversion_round_trips(layouts):
+    """What the adapter hands matmul_ogs, unswizzled and decoded, is the
+    truth's weights: on the strided layout and on the sm_90 (Hopper) value and
+    scale layouts the H200 uses (their swizzles are torch code: CPU runs them)."""
     tk = _tk()
-    p = pb.make_problem(tkm.SCHEME, "random", "softmax_renorm", "swiglu_clamp", "bfloat16", 0, E=3, H=64, I=96, T=2)
+    vl, sl = {"strided": ((tk.StridedLayout, {}), (tk.StridedLayout, {})),
+              "hopper": ((tk.layout.HopperMXValueLayout, {"mx_axis": 1}),
+                         (tk.layout.HopperMXScaleLayout, {"mx_axis": 1, "num_warps": 8}))}[layouts]
+    p = pb.make_problem(tkm.SCHEME, "random", "softmax_renorm", "swiglu_clamp", "bfloat16", 0, E=3, H=128, I=96, T=2)
     inst = pb.materialize(p, tkm.CONVENTIONS)
-    strided = (tk.StridedLayout, {})
     for name, q, interleaved in (("w13", inst.truth.w13_q, True), ("w2", inst.truth.w2_q, False)):
-        w, s = tkm.kernel_operands(tk, inst.weights[f"{name}_weight"], inst.weights[f"{name}_weight_scale"], strided,
-                                   strided, tkm.HOPPER_SCALE_K_MULTIPLE)
+        w, s = tkm.kernel_operands(tk, inst.weights[f"{name}_weight"], inst.weights[f"{name}_weight_scale"], vl, sl,
+                                   tkm.HOPPER_SCALE_K_MULTIPLE)
         E, N, K = q.codes.shape
         assert list(w.shape) == [E, K, N] and w.dtype == tk.FP4  # contraction axis on dim 1, as matmul_ogs reads
-        codes = hf.unpack_fp4(w.storage.data.transpose(-2, -1))
-        scales = s.storage.data.transpose(-2, -1)
-        assert scales.shape[-1] == -(-K // 32 // 4) * 4  # padded K blocks
-        got = hf.dequantize(hf.QuantizedTensor(codes, scales[..., :K // 32].contiguous(), None, "mxfp4"))
+        data = w.storage.layout.unswizzle_data(w.storage.data)[:, :K // 2, :N]
+        scales = s.storage.layout.unswizzle_data(s.storage.data)[:, :, :N]
+        assert scales.shape[1] >= -(-K // 32 // 4) * 4  # K blocks padded (and the layout's own padding)
+        codes = hf.unpack_fp4(data.transpose(-2, -1))
+        got = hf.dequantize(hf.QuantizedTensor(codes, scales[:, :K // 32].transpose(-2, -1).contiguous(), None,
+                                               "mxfp4"))
         if interleaved:  # gate i at row 2i, up i at 2i + 1: what swiglu_fn splits
             got = torch.cat([got[:, 0::2], got[:, 1::2]], dim=1)
         assert torch.equal(got, hf.dequantize(q)), name

@@ -89,7 +89,7 @@ def load(root: Path) -> types.SimpleNamespace:
         FlexCtx=mo.FlexCtx, FnSpecs=mo.FnSpecs, FusedActivation=mo.FusedActivation,
         update_opt_flags_constraints=opt_flags.update_opt_flags_constraints, FP4=tensor.FP4,
         wrap_torch_tensor=tensor.wrap_torch_tensor, convert_layout=tensor.convert_layout,
-        StridedLayout=layout.StridedLayout, value_layout=layout.make_default_matmul_mxfp4_w_layout,
+        layout=layout, StridedLayout=layout.StridedLayout, value_layout=layout.make_default_matmul_mxfp4_w_layout,
         scale_layout=layout.make_default_matmul_mxfp4_w_scale_layout, InFlexData=numerics.InFlexData,
         swiglu_fn=swiglu.swiglu_fn, root=root)
 
