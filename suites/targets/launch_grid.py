@@ -21,8 +21,12 @@ launches changed.
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
+
+from harness.kernels.launch_config import VENDOR_TABLES, launch_tables, operands, resolve_mode, select_launch
+from harness.kernels.pair_layout import block_m_for
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "launches.json"
 
@@ -189,3 +193,112 @@ def read() -> dict:
             if "meta" in v:
                 doc[kind][k] = {"meta": metas[v["meta"]]}
     return doc
+
+
+# ---------------------------------------------------------------- the selector's values
+
+
+def _error(exc: Exception) -> dict:
+    return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _launch_dict(cfg, override) -> dict:
+    """The launch's constexprs and compile options in launch order; an
+    override's SPLIT_K stays among them before EVEN_NK, where the snapshot
+    was taken (the launcher took it out before the launch)."""
+    items = list(cfg.meta().items())
+    if override and "SPLIT_K" in override:
+        at = [k for k, _ in items].index("EVEN_NK")
+        items.insert(at, ("SPLIT_K", cfg.SPLIT_K))
+    return dict(items)
+
+
+def gemm_value(vendor, weights, bf16, post, bm, n, k, override):
+    if weights == "scratch":
+        launch, kind, fmt, w_bytes = "scratch_gemm", 0, None, 2 if bf16 else 4
+    elif weights.startswith("float:"):
+        launch, kind, fmt, w_bytes = "gemm", 0, None, int(weights.split(":")[1])
+    else:
+        launch, kind, fmt, w_bytes = "gemm", 1, weights.split(":")[1], 1
+    try:
+        cfg = select_launch(launch, vendor, kind=kind, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, n=n, k=k,
+                            w_bytes=w_bytes, override=override)
+    except ValueError as exc:
+        return _error(exc)
+    return {"meta": _launch_dict(cfg, override)}
+
+
+def dequant_value(vendor, kind, fmt, bf16_out, n, k, override):
+    try:
+        cfg = select_launch("dequant", vendor, kind=kind, fmt=fmt, bf16=bf16_out, n=n, k=k, override=override)
+    except ValueError as exc:
+        return _error(exc)
+    return {"meta": _launch_dict(cfg, override)}
+
+
+def split_value(vendor, pairs, experts, n, k, sms, splits):
+    bm = block_m_for(pairs, experts)
+    try:
+        cfg = select_launch("gemm", vendor, kind=1, fmt="mxfp4", bf16=True, block_m=bm, n=n, k=k, pairs=pairs,
+                            experts=experts, sm_count=None if vendor == "interpreter" else sms,
+                            override=None if splits is None else {"SPLIT_K": splits})
+    except ValueError as exc:
+        return _error(exc)
+    return {"block_m": bm, "splits": cfg.SPLIT_K, "split_blocks": cfg.SPLIT_BLOCKS}
+
+
+def mode_value(vendor, kind, pairs, experts, mode):
+    return {"mode": resolve_mode(mode, vendor, kind, pairs, experts)}
+
+
+def block_m_value(rows, experts):
+    return {"block_m": block_m_for(rows, experts)}
+
+
+def tables_value(vendor):
+    """The table of each operand class, and the ROCm table that replaces
+    GPU_CONFIGS by (float32 operands, weights kind), None where none does."""
+    def replacing(f32, kind):
+        first = VENDOR_TABLES[vendor][operands(kind, not f32, 4 if f32 else 2)][0]
+        return None if first == "GPU_CONFIGS" else first
+    return {"launch_tables": launch_tables(vendor),
+            "rocm_table": {f"f32={f32},kind={kind}": replacing(f32, kind) for f32 in (False, True) for kind in (0, 1)}}
+
+
+VALUES = dict(gemm=gemm_value, dequant=dequant_value, split=split_value, mode=mode_value, block_m=block_m_value,
+              tables=tables_value)
+
+
+def evaluate() -> dict:
+    """{kind: {key: value}}: the selector's value at every point of the grid."""
+    return {kind: {k: VALUES[kind](*p) for k, p in pts} for kind, pts in points().items()}
+
+
+def _canonical(value):
+    """A value as JSON reads it back, a meta as its (name, value) pairs in launch order."""
+    value = json.loads(json.dumps(value))
+    if isinstance(value, dict) and isinstance(value.get("meta"), dict):
+        value["meta"] = list(value["meta"].items())
+    return value
+
+
+def differences(want: dict, got: dict) -> list:
+    """"kind key: want ... got ..." for each point whose values differ (a
+    launch's constexprs in order), or that only one side has."""
+    out = []
+    for kind in sorted(set(want) | set(got)):
+        w, g = want.get(kind, {}), got.get(kind, {})
+        for k in list(w) + [k for k in g if k not in w]:
+            a, b = _canonical(w.get(k)), _canonical(g.get(k))
+            if a != b:
+                out.append(f"{kind} [{k}]:\n  snapshot {a}\n  selector {b}")
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="write the launch snapshot from the selector as it is")
+    ap.add_argument("--write", action="store_true", help="write suites/targets/fixtures/launches.json")
+    if ap.parse_args().write:
+        write(evaluate())
+    else:
+        ap.print_help()
