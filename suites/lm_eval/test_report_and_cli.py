@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from harness.lmeval.evaluate import run_tiny_all_schemes
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 

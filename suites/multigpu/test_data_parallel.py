@@ -8,9 +8,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from harness.util.offline import set_threads
 from suites.multigpu import dp_eval
-import pytest
 
 
 @pytest.mark.slow

@@ -85,7 +85,6 @@ C = triton.jit(c_kernel)
     assert sorted(inventory.jit_function_sources(src)) == ["_helper", "a_kernel", "b_kernel", "c_kernel"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["cuda", "hip"])
 def test_every_kernel_has_launches_and_pairs_keep_every_value(backend):
     items = targets.work_list(backend=backend)
