@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
+
 from harness.lmeval.evaluate import run_tiny_all_schemes
 
 ROOT = Path(__file__).resolve().parents[2]
