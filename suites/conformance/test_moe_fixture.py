@@ -32,6 +32,7 @@ def _run(tmp_path, build_import: str):
                           text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.slow  # a pytest subprocess: imports torch and runs four cells
 @pytest.mark.parametrize("build,passes", [
     ("from harness.conformance.moe.layers import build_unfused as build_my_moe", True),
     ("from harness.conformance.moe.planted import host_sync\nbuild_my_moe = host_sync().build", False),

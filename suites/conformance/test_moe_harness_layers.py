@@ -20,6 +20,7 @@ def _statuses(data):
     return out
 
 
+@pytest.mark.slow
 def test_unfused_layer_passes_every_check_on_every_scheme():
     data = run_moe_conformance(["harness-unfused"])
     bad = [(r["check"], r["cell"], r["message"]) for r in data["results"] if r["status"] in ("fail", "error")]
@@ -31,6 +32,7 @@ def test_unfused_layer_passes_every_check_on_every_scheme():
     assert st["offsets"] == {"not provided"}  # torch indexing: no offset arithmetic of its own to probe
 
 
+@pytest.mark.slow
 def test_fused_layer_passes_every_check():
     impl = get_moe_implementation("harness-fused")
     impl = dataclasses.replace(impl, routings=("softmax_renorm",), activations=("silu",), dtypes=("float32",))
