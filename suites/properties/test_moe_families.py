@@ -23,12 +23,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.moe.arch import FAMILIES, ROUTING_ROWS
+from harness.moe.schemes import SCHEME_NAMES
 from harness.schemes import EXPERT_BACKENDS
-from harness.strategies import moe_problems
+from harness.strategies import MOE_BIAS_EXPS, moe_problems
+from harness.testing.checks.act_format import check_activation_format
+from harness.testing.checks.bias_placement import check_bias_after_scale
+from harness.testing.checks.correction_bias import check_correction_bias_for_selection_only
+from harness.testing.checks.group_limit import check_group_limit
+from harness.testing.checks.routed_scaling import check_routed_scaling
+from harness.testing.checks.router_weight import check_router_weight_on_input
 from harness.testing.checks import problem as pb
 from harness.testing.checks.host_work import check_dynamo_fullgraph, check_no_host_work_in_forward, fresh_table_caches
 from harness.testing.checks.oracle import check_fused_matches_unfused, check_matches_reference, check_routing
-from harness.strategies import MoEProblem
 
 ROWS = tuple(ROUTING_ROWS)
 # Families with a feature beyond plain softmax/sigmoid top-k (the plain ones are
@@ -65,30 +71,65 @@ def test_routing_row_fused_matches_reference(routing, data):
     check_fused_matches_unfused(problem)
 
 
-def family_problem(family: str, scheme: str, **kw) -> MoEProblem:
-    """A small problem with a family's features (harness.moe.arch.FAMILIES):
-    its routing kind, activation, biases and shared MLP; sizes shrunk."""
-    a = FAMILIES[family]
-    E = 8
-    base = dict(E=E, top_k=min(a.top_k, 4), H=64, I=32, T=7, seed=3, scoring=a.scoring, renormalize=a.renormalize,
-                activation=a.activation, logits="ties", ckpt="compressed_tensors",
-                n_group=4 if a.grouped else 1, topk_group=2 if a.grouped else 1,
-                routed_scaling=a.routed_scaling_factor, score_correction=a.score_correction,
-                weight_on_input=a.router_weight_on_input, expert_bias=0 if a.expert_bias else None,
-                shared=32 if a.shared_experts else 0, act_scale=0.0 if scheme == "w_mxfp4_a_fp8" else 1.0)
-    base.update(kw)
-    return MoEProblem(scheme, **base)
-
-
-@pytest.mark.parametrize("family", tuple(FAMILIES))
+@pytest.mark.parametrize("family", FEATURED)
 @pytest.mark.parametrize("backend", EXPERT_BACKENDS)
 def test_family_no_host_work_in_forward(family, backend, monkeypatch):
     fresh_table_caches(monkeypatch)
-    p = family_problem(family, "nvfp4")
+    p = pb.family_problem(family, "nvfp4", logits="ties")
     t, _, _, moe = pb.setup(p, backend=backend)
     check_no_host_work_in_forward(p, moe, t)
 
 
 @pytest.mark.parametrize("family", FEATURED)
 def test_family_dynamo_fullgraph_no_graph_break(family):
-    check_dynamo_fullgraph(family_problem(family, "w_mxfp4_a_mxfp4"))
+    check_dynamo_fullgraph(pb.family_problem(family, "w_mxfp4_a_mxfp4", logits="ties"))
+
+
+# The bug-class checks of the features hold on every drawn problem of their rows
+# (their faults are shown red in suites/regressions/test_family_*.py).
+GROUPED = tuple(n for n, r in ROUTING_ROWS.items() if r.grouped)
+CORRECTED = tuple(n for n, r in ROUTING_ROWS.items() if r.score_correction)
+ON_INPUT = tuple(n for n, r in ROUTING_ROWS.items() if r.weight_on_input)
+
+
+@pb.examples(1 / 2)
+@given(data=st.data())
+def test_correction_bias_is_for_selection_only(data):
+    problem = data.draw(moe_problems(routings=CORRECTED, max_experts=32, max_tokens=64), label="problem")
+    check_correction_bias_for_selection_only(problem)
+
+
+@pb.examples(1 / 2)
+@given(data=st.data())
+def test_selection_stays_in_the_kept_groups(data):
+    problem = data.draw(moe_problems(routings=GROUPED, max_experts=32, max_tokens=64).filter(lambda p: p.n_group > 1),
+                        label="problem")
+    check_group_limit(problem)
+
+
+@pb.examples(1 / 4)
+@given(data=st.data())
+def test_routed_scaling_once_and_not_on_the_shared_experts(data):
+    problem = data.draw(moe_problems(routings=GROUPED, max_experts=16, max_tokens=32), label="problem")
+    check_routed_scaling(problem.replace(shared=data.draw(st.sampled_from((0, 32)), label="shared")))
+
+
+@pb.examples(1 / 4)
+@given(data=st.data())
+def test_router_weight_on_the_input_only(data):
+    problem = data.draw(moe_problems(routings=ON_INPUT, max_experts=16, max_tokens=32), label="problem")
+    check_router_weight_on_input(problem)
+
+
+@pb.examples(1 / 4)
+@given(data=st.data())
+def test_expert_biases_after_the_gemm_scale(data):
+    problem = data.draw(moe_problems(max_experts=16, max_tokens=32), label="problem")
+    check_bias_after_scale(problem.replace(expert_bias=data.draw(st.sampled_from(MOE_BIAS_EXPS), label="bias")))
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+@pb.examples(1 / 8, minimum=2)
+@given(data=st.data())
+def test_activations_quantized_in_the_rows_activation_format(scheme, data):
+    check_activation_format(data.draw(moe_problems(scheme, max_experts=16, max_tokens=32), label="problem"))

@@ -218,6 +218,25 @@ def reference_trace(problem, t, cfg, extras: Optional[Extras] = None, **kw) -> r
                                    shared_config=extras.shared_cfg, **kw)
 
 
+def family_problem(family: str, scheme: str, **kw):
+    """A small deterministic problem with a family's features
+    (harness.moe.arch.FAMILIES: its routing kind, activation, biases, shared
+    MLP; E=8, top_k <= 4, groups 4 of 2 keeping 2): a fixed case for checks and
+    regressions. Keywords override fields of harness.strategies.MoEProblem."""
+    from harness.moe.arch import FAMILIES
+    from harness.strategies import MoEProblem
+
+    a = FAMILIES[family]
+    base = dict(E=8, top_k=min(a.top_k, 4), H=64, I=32, T=7, seed=3, scoring=a.scoring, renormalize=a.renormalize,
+                activation=a.activation, logits="grid", ckpt="compressed_tensors" if scheme == "nvfp4" else "native",
+                n_group=4 if a.grouped else 1, topk_group=2 if a.grouped else 1,
+                routed_scaling=a.routed_scaling_factor, score_correction=a.score_correction,
+                weight_on_input=a.router_weight_on_input, expert_bias=0 if a.expert_bias else None,
+                shared=32 if a.shared_experts else 0, act_scale=0.0 if scheme == "w_mxfp4_a_fp8" else 1.0)
+    base.update(kw)
+    return MoEProblem(scheme, **base)
+
+
 def describe_mismatch(what, got, want, tol, bad):
     idx = torch.nonzero(bad)[:4].tolist()
     n = int(bad.sum())
