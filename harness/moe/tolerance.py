@@ -46,6 +46,7 @@ ci profile's 480 examples per run, a red run more often than not.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
@@ -180,11 +181,29 @@ def qdq_interval(center: torch.Tensor, delta: torch.Tensor, scheme, cfg, which: 
     return _mx_interval(center, delta, spec, scheme.scale_mode)
 
 
+# The named terms of the bound (module docstring); output_tolerance(scale={name: f})
+# multiplies one by f (0 drops it) -- the witness tests show each one needed.
+TERMS = (
+    "gemm1",  # float32 GEMM1 rounding (+ c_prec): gamma_H |a1| |W13|
+    "bias_rounding",  # the float32 bias additions after each GEMM: u |h|, u |y|
+    "activation",  # float32 activation evaluation and the reference's fl32(g)
+    "qdq1_flip",  # QDQ #1 outputs reachable from its input interval (router weight on input)
+    "input_weight",  # the layer's float32 routing weight on the input: the QDQ #1 input interval
+    "qdq2_flip",  # QDQ #2 outputs reachable from its input interval
+    "gemm2",  # float32 GEMM2 rounding (+ c_prec): gamma_I |W2| |a2|
+    "routing_weights",  # float32 scores, renormalization, routed scaling: (2E + 2k + 18) u relative
+    "sum",  # float32 top-k sum gamma_(k+1), and the routed + shared addition
+    "output_cast",  # the cast to the output dtype
+    "second_order",  # the factor 2 over the first-order bound
+)
+
+
 def routing_weight_tolerance(weights: torch.Tensor, n_experts: int) -> torch.Tensor:
     """Elementwise bound on |float32 routing weight - float64 reference weight|
-    (softmax/sigmoid + renormalize in float32: (2E + 2k + 16) u relative)."""
+    (softmax/sigmoid + renormalize in float32: (2E + 2k + 16) u relative; the
+    routed scaling's float32 multiply: 2u more)."""
     k = weights.shape[-1]
-    return (2 * n_experts + 2 * k + 16) * U * weights.abs()
+    return (2 * n_experts + 2 * k + 18) * U * weights.abs()
 
 
 def _per_expert_abs_gemm(x_abs, rows_expert, w_abs):
@@ -198,22 +217,34 @@ def _per_expert_abs_gemm(x_abs, rows_expert, w_abs):
     return out
 
 
-def output_tolerance(trace: ref.ReferenceTrace, cfg, *, activation: str, out_dtype=F32,
-                     c_prec: float = 0.0) -> torch.Tensor:
-    """Elementwise tolerance [T, H] of |layer - reference| (module docstring).
-    `cfg`: the layer's MoEQuantConfig (its scheme and activation scales).
-    `c_prec`: extra relative GEMM error of a reduced-precision GEMM (the fused
-    kernel's documented c_prec; 0 for float32 "ieee" GEMMs)."""
-    T, k = trace.ids.shape
-    E, I2, H = trace.w13.shape
+def _pass_bound(tr: ref.ReferenceTrace, cfg, activation: str, c_prec: float, sc: dict, din=None) -> dict:
+    """The stage bounds of one experts pass (routed experts or the shared MLP)
+    from its QDQ #1 input interval (din: half-width around tr.a1_in, None =
+    exact): a1 interval (a1_lo, a1_hi), dh [P, 2I] (GEMM1 output, bias
+    included), dg [P, I] (the QDQ #2 input), a2 interval (a2_lo, a2_hi),
+    dy [P, H] (GEMM2 output, bias included)."""
+    T, k = tr.ids.shape
+    E, I2, H = tr.w13.shape
     I = I2 // 2
     P = T * k
-    if P == 0:
-        return torch.zeros(T, H, dtype=F64)
     tok = torch.arange(T).repeat_interleave(k)
-    e_of = trace.ids.reshape(P)
-    dh = (gamma(H) + c_prec) * _per_expert_abs_gemm(trace.a1.abs()[tok], e_of, trace.w13.abs())
-    gate, up = trace.h[:, :I], trace.h[:, I:]
+    e_of = tr.ids.reshape(P)
+    scheme = ref.resolve_scheme(cfg.scheme)
+    a1m, da1 = tr.a1.abs(), torch.zeros_like(tr.a1)
+    lo1 = hi1 = tr.a1
+    if din is not None:
+        c1 = tr.a1_in.double()
+        lo1, hi1 = qdq_interval(c1, sc["input_weight"] * din, scheme, cfg, "a1")
+        if scheme.act_fmt is not None and not sc["qdq1_flip"]:
+            lo1 = hi1 = tr.a1  # the layer's a1 codes assumed equal to the reference's
+        da1 = torch.maximum(hi1 - tr.a1, tr.a1 - lo1)
+        a1m = torch.maximum(lo1.abs(), hi1.abs())
+    w13a = tr.w13.abs()
+    dh = (sc["gemm1"] * (gamma(H) + c_prec)) * _per_expert_abs_gemm(a1m[tok], e_of, w13a)
+    dh = dh + _per_expert_abs_gemm(da1[tok], e_of, w13a)
+    if tr.b13 is not None:
+        dh = dh + sc["bias_rounding"] * U * (tr.h.abs() + dh)
+    gate, up = tr.h[:, :I], tr.h[:, I:]
     dgate, dup = dh[:, :I], dh[:, I:]
     if activation == "silu":
         s = gate * torch.sigmoid(gate)
@@ -222,18 +253,93 @@ def output_tolerance(trace: ref.ReferenceTrace, cfg, *, activation: str, out_dty
         gc = torch.clamp(gate, max=ref.SWIGLU_LIMIT)
         s = gc * torch.sigmoid(ref.SWIGLU_ALPHA * gc)
         upm, c = (torch.clamp(up, -ref.SWIGLU_LIMIT, ref.SWIGLU_LIMIT) + 1).abs() + dup, 12
-    ds = 1.1 * dgate + c * U * (s.abs() + 1.1 * dgate)
-    g = trace.g
-    dg = 2 * (ds * upm + s.abs() * dup + 2 * U * g.abs()) + U * g.abs() + 2.0**-149
-    lo, hi = qdq_interval(g, dg, cfg.scheme, cfg, "a2")
-    da2 = torch.maximum(hi - trace.a2, trace.a2 - lo)
+    g = tr.g
+    a = sc["activation"]
+    ds = 1.1 * dgate + a * c * U * (s.abs() + 1.1 * dgate)
+    dg = 2 * (ds * upm + s.abs() * dup + a * 2 * U * g.abs()) + a * U * g.abs() + 2.0**-149
+    if scheme.act_fmt is not None and not sc["qdq2_flip"]:
+        lo = hi = tr.a2  # the layer's a2 codes assumed equal to the reference's
+    else:
+        lo, hi = qdq_interval(g, dg, scheme, cfg, "a2")
+    da2 = torch.maximum(hi - tr.a2, tr.a2 - lo)
     a2m = torch.maximum(lo.abs(), hi.abs())
-    w2a = trace.w2.abs()
-    dy = _per_expert_abs_gemm(da2, e_of, w2a) + (gamma(I) + c_prec) * _per_expert_abs_gemm(a2m, e_of, w2a)
+    w2a = tr.w2.abs()
+    dy = _per_expert_abs_gemm(da2, e_of, w2a) + (sc["gemm2"] * (gamma(I) + c_prec)) * _per_expert_abs_gemm(
+        a2m, e_of, w2a)
+    if tr.b2 is not None:
+        dy = dy + sc["bias_rounding"] * U * (tr.y.abs() + dy)
+    return {"a1_lo": lo1, "a1_hi": hi1, "dh": dh, "dg": dg, "a2_lo": lo, "a2_hi": hi, "dy": dy}
+
+
+def _scales(scale: Optional[dict]) -> dict:
+    sc = {name: 1.0 for name in TERMS}
+    for name, f in (scale or {}).items():
+        if name not in sc:
+            raise ValueError(f"unknown tolerance term {name!r}; terms: {', '.join(TERMS)}")
+        sc[name] = float(f)
+    return sc
+
+
+def _input_interval(trace: ref.ReferenceTrace, sc: dict):
+    """(din [T, H] or None, combine weights |w| [T,k,1], their bound dw [T,k,1])."""
+    T, k = trace.ids.shape
+    E = trace.w13.shape[0]
     w = trace.weights.abs().reshape(T, k, 1)
-    dw = routing_weight_tolerance(trace.weights, E).reshape(T, k, 1)
-    ym = trace.y.abs().reshape(T, k, H) + dy.reshape(T, k, H)
-    bound = (w * dy.reshape(T, k, H) + dw * ym).sum(1) + gamma(k + 1) * ((w + dw) * ym).sum(1)
+    dw = sc["routing_weights"] * routing_weight_tolerance(trace.weights, E).reshape(T, k, 1)
+    arch = trace.arch
+    if arch is None or not arch.router_weight_on_input:
+        return None, w, dw
+    # layer: fl32(x * w32), reference: fl32(x * fl32(w)); |w32 - fl32(w)| <= dw + u|w|
+    x = trace.a1_in.double().abs() / torch.clamp(trace.weights.abs(), min=2.0**-1000)
+    x = torch.where(trace.weights.abs() > 0, x, trace.a1_in.double().abs())
+    din = x * (dw.reshape(T, 1) + 3 * U * w.reshape(T, 1))
+    return din, torch.ones_like(w), torch.zeros_like(dw)  # the output sum has weight 1
+
+
+def stage_bounds(trace: ref.ReferenceTrace, cfg, *, activation: Optional[str] = None, c_prec: float = 0.0,
+                 shared_config=None, scale: Optional[dict] = None) -> dict:
+    """The intermediate bounds of the derivation (_pass_bound's keys), for the
+    routed pass and, under "shared", the shared MLP's pass: what a stage-by-
+    stage comparison of the layer's trace seam holds it to."""
+    sc = _scales(scale)
+    act = activation or (trace.arch.activation if trace.arch is not None else "silu")
+    din, _, _ = _input_interval(trace, sc)
+    out = _pass_bound(trace, cfg, act, c_prec, sc, din)
+    if trace.shared is not None:
+        scfg = shared_config if shared_config is not None else trace.shared.config
+        out["shared"] = _pass_bound(trace.shared, scfg, act, c_prec, sc)
+    return out
+
+
+def output_tolerance(trace: ref.ReferenceTrace, cfg, *, activation: Optional[str] = None, out_dtype=F32,
+                     c_prec: float = 0.0, shared_config=None, scale: Optional[dict] = None) -> torch.Tensor:
+    """Elementwise tolerance [T, H] of |layer - reference| (module docstring).
+    `cfg`: the layer's MoEQuantConfig (its scheme and activation scales);
+    `shared_config`: the shared MLP's (trace.shared present); the architecture
+    is the trace's row. `out_dtype`: the dtype the layer returns. `c_prec`:
+    extra relative GEMM error of a reduced-precision GEMM (the fused kernel's
+    documented c_prec; 0 for float32 "ieee" GEMMs). `scale`: {term: factor}
+    over TERMS (0 drops a term; the witness tests)."""
+    sc = _scales(scale)
+    arch = trace.arch
+    act = activation or (arch.activation if arch is not None else "silu")
+    T, k = trace.ids.shape
+    E, I2, H = trace.w13.shape
+    if T == 0:
+        return torch.zeros(T, H, dtype=F64)
+    din, w, dw = _input_interval(trace, sc)
+    b = _pass_bound(trace, cfg, act, c_prec, sc, din)
+    dy = b["dy"].reshape(T, k, H)
+    ym = trace.y.abs().reshape(T, k, H) + dy
+    bound = (w * dy + dw * ym).sum(1) + sc["sum"] * gamma(k + 1) * ((w + dw) * ym).sum(1)
+    if trace.shared is not None:
+        shared_config = shared_config if shared_config is not None else trace.shared.config
+        if shared_config is None:
+            raise ValueError("the trace has a shared MLP pass: output_tolerance needs its shared_config")
+        dys = _pass_bound(trace.shared, shared_config, act, c_prec, sc)["dy"]
+        yms = trace.shared.y.abs() + dys
+        routed_m = (trace.routed.abs() if trace.routed is not None else trace.out.abs()) + bound
+        bound = bound + dys + sc["sum"] * U * (routed_m + yms)
     u_out = {F32: U, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}[out_dtype]
-    bound = bound + u_out * (trace.out.abs() + bound)
-    return 2 * bound + 2.0**-140
+    bound = bound + sc["output_cast"] * u_out * (trace.out.abs() + bound)
+    return (1 + sc["second_order"]) * bound + 2.0**-140

@@ -15,24 +15,32 @@ from harness.kernels.error_bound import c_prec
 from harness.kernels.precision import resolve_precision
 
 
+def layer_route(problem, t):
+    """The layer's routing of the problem (harness.moe.routing, float32)."""
+    return routing.route_arch(t.router_logits, problem.arch, t.e_score_correction_bias)
+
+
 def check_routing(problem, t=None, trace=None):
-    """The layer's routing (harness.moe.routing.route, float32) selects the same
-    experts as the float64 reference (ties = equal logits -> lowest index) and
-    its weights agree to (2E + 2k + 16) u relative."""
+    """The layer's routing (harness.moe.routing.route_arch, float32) selects the
+    same experts as the float64 reference (exact keys; ties -> lowest index,
+    groups likewise) and its weights agree to (2E + 2k + 18) u relative."""
     if t is None:
         t = problem.tensors()
     if trace is None:
-        w_ref, ids_ref = ref.reference_route(t.router_logits, problem.top_k, scoring=problem.scoring,
-                                             renormalize=problem.renormalize)
+        a = problem.arch
+        w_ref, ids_ref = ref.reference_route(t.router_logits, a.top_k, scoring=a.scoring, renormalize=a.renormalize,
+                                             n_group=a.n_group, topk_group=a.topk_group,
+                                             routed_scaling_factor=a.routed_scaling_factor,
+                                             e_score_correction_bias=t.e_score_correction_bias)
     else:
         w_ref, ids_ref = trace.weights, trace.ids
 
-    w32, ids = routing.route(t.router_logits, problem.top_k, scoring=problem.scoring, renormalize=problem.renormalize)
+    w32, ids = layer_route(problem, t)
     if not torch.equal(ids.cpu().long(), ids_ref):
         rows = torch.nonzero((ids.cpu().long() != ids_ref).any(-1)).flatten()[:2].tolist()
         detail = "; ".join(f"token {r}: logits {t.router_logits[r].cpu().tolist()} layer {ids[r].tolist()} "
                            f"ref {ids_ref[r].tolist()}" for r in rows)
-        raise AssertionError(f"routing differs from the reference (top-k of the logits, equal logits -> lowest "
+        raise AssertionError(f"routing differs from the reference (top-k of the keys, equal keys -> lowest "
                              f"index) in {int((ids.cpu().long() != ids_ref).any(-1).sum())} tokens: {detail}")
     dw = tolerance.routing_weight_tolerance(w_ref, problem.E) + 2.0**-140
     wbad = ~((w32.cpu().double() - w_ref).abs() <= dw)
