@@ -17,8 +17,8 @@ from harness.conformance.moe import problems as pb
 from harness.conformance.moe import registry
 from harness.conformance.moe.layers import build_unfused, harness_unfused
 from harness.conformance.moe.runner import cells_for
-from harness.conformance.moe.schemes import ALL_SCHEME_NAMES
 from harness.conformance.moe.shrink import shrink
+from harness.moe.schemes import SCHEME_NAMES
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -59,10 +59,10 @@ def test_weights_in_each_convention():
 def test_round_robin_cells():
     impl = harness_unfused()
     cells = cells_for(impl)
-    assert len(cells) == 4 * len(ALL_SCHEME_NAMES)
+    assert len(cells) == 4 * len(SCHEME_NAMES)
     per_scheme = [c[1:] for c in cells if c[0] == "nvfp4"]
     assert {c[0] for c in per_scheme} == set(impl.routings) and {c[1] for c in per_scheme} == set(impl.activations)
-    assert len(cells_for(impl, full=True)) == 16 * len(ALL_SCHEME_NAMES)
+    assert len(cells_for(impl, full=True)) == 16 * len(SCHEME_NAMES)
 
 
 def test_shrink_is_deterministic_and_minimal():

@@ -24,13 +24,13 @@ import torch
 from harness.moe import reference as ref
 from harness.moe import tolerance as tolm
 from harness.moe.graphs import capture_forward
+from harness.moe.schemes import get_scheme
 from harness.testing.checks.device import tensors_reachable
 from harness.testing.checks.host_work import HostWorkInForward, no_host_work
 
 from harness.conformance.moe import problems as pb
 from harness.conformance.moe import weights as wt
 from harness.conformance.moe.protocol import MoEImplementation
-from harness.conformance.moe.schemes import scheme_row
 
 IMPL_WRONG = "implementation wrong"
 
@@ -134,7 +134,7 @@ _PAYLOAD = ("w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale")
 def run_scale_use(ctx: Ctx) -> dict:
     """Every scale the scheme uses moves the output as it moves the reference,
     and (two-level) a missing scale raises instead of defaulting to 1.0."""
-    scheme = scheme_row(ctx.problem.scheme)
+    scheme = get_scheme(ctx.problem.scheme)
     base_out = ctx.forward(ctx.build())
     base_ref = ctx.inst.trace().out
     probed = {}
@@ -203,7 +203,7 @@ def run_silent_skip(ctx: Ctx) -> dict:
 def run_double_qdq(ctx: Ctx) -> dict:
     """Exactly one activation QDQ per GEMM input per forward (a1 over [T, H],
     a2 over [T*k, I]); none for weight-only schemes."""
-    scheme = scheme_row(ctx.problem.scheme)
+    scheme = get_scheme(ctx.problem.scheme)
     fwd = ctx.build()
     with ctx.impl.observe_qdq() as calls:
         ctx.forward(fwd)

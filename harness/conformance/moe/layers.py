@@ -15,16 +15,16 @@ from __future__ import annotations
 import dataclasses
 
 import harness.moe as hm
+from harness.moe.schemes import SCHEME_NAMES, get_scheme
 from harness.testing.checks.double_qdq import record_act_qdq
 from harness.testing.checks.offsets import check_fused_large_offsets
 
 from harness.conformance.moe.protocol import MoEImplementation
-from harness.conformance.moe.schemes import ALL_SCHEME_NAMES, scheme_row
 
 
 def quant_config(weights, config):
     """MoEQuantConfig from vLLM-named weights through the harness loaders."""
-    scheme = scheme_row(config.scheme)
+    scheme = get_scheme(config.scheme)
     d = {k: v.data for k, v in weights.items()}
     if scheme.two_level:
         if config.conventions["global_scale"] == "decode":
@@ -56,13 +56,13 @@ def _offsets(device):
 
 
 def harness_unfused() -> MoEImplementation:
-    return MoEImplementation(name="harness-unfused", version="local", build=build_unfused, schemes=ALL_SCHEME_NAMES,
+    return MoEImplementation(name="harness-unfused", version="local", build=build_unfused, schemes=SCHEME_NAMES,
                              conventions={"global_scale": "decode", "packing": "packed", "gate_up": "concatenated"},
                              observe_qdq=record_act_qdq)
 
 
 def harness_fused() -> MoEImplementation:
-    return MoEImplementation(name="harness-fused", version="local", build=build_fused, schemes=ALL_SCHEME_NAMES,
+    return MoEImplementation(name="harness-fused", version="local", build=build_fused, schemes=SCHEME_NAMES,
                              conventions={"global_scale": "encode", "packing": "unpacked",
                                           "gate_up": "concatenated"},
                              observe_qdq=record_act_qdq, probe_large_offsets=_offsets,

@@ -35,13 +35,13 @@ from harness.moe import reference as ref
 from harness.moe import tolerance as tolm
 from harness.moe.activations import ACTIVATIONS
 from harness.moe.config import MoEQuantConfig
+from harness.moe.schemes import get_scheme
 from harness.strategies import MoEProblem
 from harness.testing.checks.problem import Truth
 from harness.testing.checks.ties import tie_blocks
 
 from harness.conformance.moe.protocol import DTYPE_NAMES, ROUTINGS, MoEConfig
 from harness.conformance.moe import weights as wt
-from harness.conformance.moe.schemes import scheme_row
 
 F32, F64 = torch.float32, torch.float64
 
@@ -154,7 +154,7 @@ def _pow2_floor(x: torch.Tensor) -> torch.Tensor:
 
 def _hidden(p: Problem, t) -> tuple:
     """(hidden, a1 encode-side global scale forced by the family or None)."""
-    scheme = scheme_row(p.scheme)
+    scheme = get_scheme(p.scheme)
     fam = FAMILIES[p.family]
     if fam.hidden != "ties" or scheme.act_block_fmt is None or p.T == 0:
         return t.hidden, None
@@ -171,7 +171,7 @@ def truth_of(p: Problem, t, hidden, forced_a1_gscale=None) -> Truth:
     global scales calibrated on the unquantized forward (gs_numerator / amax,
     times the family's act_scale, rounded down to a power of two); per-tensor
     fp8 activations with static decode-side scales amax / max_normal / act_scale."""
-    scheme = scheme_row(p.scheme)
+    scheme = get_scheme(p.scheme)
     spec = hf.FORMATS[scheme.weight_fmt]
     fam = FAMILIES[p.family]
     if spec.has_global_scale:
@@ -206,7 +206,7 @@ def truth_of(p: Problem, t, hidden, forced_a1_gscale=None) -> Truth:
 
 
 def reference_config(p: Problem, truth: Truth) -> MoEQuantConfig:
-    return MoEQuantConfig(scheme_row(p.scheme), truth.w13_q, truth.w2_q, truth.w13_gscale, truth.w2_gscale,
+    return MoEQuantConfig(get_scheme(p.scheme), truth.w13_q, truth.w2_q, truth.w13_gscale, truth.w2_gscale,
                           a1_scale=truth.a1_scale, a1_gscale=truth.a1_gscale, a2_scale=truth.a2_scale,
                           a2_gscale=truth.a2_gscale)
 
@@ -252,7 +252,7 @@ class Instance:
 
 
 def materialize(p: Problem, conventions: dict, device="cpu") -> Instance:
-    scheme = scheme_row(p.scheme)
+    scheme = get_scheme(p.scheme)
     t = p.moe_problem().tensors()
     hidden, forced = _hidden(p, t)
     truth = truth_of(p, t, hidden, forced)
@@ -275,6 +275,6 @@ def scaled_truth(truth: Truth, name: str, factor: float) -> Truth:
 def without_act_qdq(cfg: MoEQuantConfig) -> MoEQuantConfig:
     """The reference config with activation quantization removed (what a
     layer that silently skips it computes)."""
-    s = dataclasses.replace(scheme_row(cfg.scheme), act_fmt=None, quant_dtype=None, needs_act_gscale=False)
+    s = dataclasses.replace(get_scheme(cfg.scheme), act_fmt=None, quant_dtype=None, needs_act_gscale=False)
     return dataclasses.replace(cfg, scheme=s, a1_scale=None, a2_scale=None, a1_gscale=None, a2_gscale=None)
 

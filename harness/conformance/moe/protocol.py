@@ -31,8 +31,7 @@ import torch
 
 from harness.conformance.protocol import Unavailable
 from harness.moe.activations import ACTIVATIONS
-
-from harness.conformance.moe.schemes import ALL_SCHEME_NAMES, scheme_row
+from harness.moe.schemes import SCHEME_NAMES, get_scheme
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,7 @@ class MoEImplementation:
     name: str
     build: Callable
     version: str = "unversioned"
-    schemes: tuple = ALL_SCHEME_NAMES
+    schemes: tuple = SCHEME_NAMES
     routings: tuple = tuple(ROUTINGS)
     activations: tuple = tuple(ACTIVATIONS)
     devices: tuple = ("cpu", "cuda")
@@ -130,7 +129,7 @@ class MoEImplementation:
         if not callable(self.build):
             raise ValueError(f"MoE implementation {self.name!r}: build must be callable")
         for s in self.schemes:
-            scheme_row(s)  # ValueError naming the known schemes
+            get_scheme(s)  # ValueError naming the known schemes
         bad("routings", self.routings, ROUTINGS)
         bad("activations", self.activations, ACTIVATIONS)
         bad("dtypes", self.dtypes, DTYPE_NAMES)

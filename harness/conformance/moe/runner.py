@@ -19,13 +19,14 @@ import traceback
 
 import torch
 
+from harness.moe.schemes import get_scheme
+
 
 from harness.conformance.moe import checks as ck
 from harness.conformance.moe import problems as pb
 from harness.conformance.moe.protocol import MoEImplementation, Unavailable
 from harness.conformance.moe.registry import get_moe_implementation
 from harness.conformance.moe.shrink import shrink
-from harness.conformance.moe.schemes import scheme_row
 
 STATUSES = ("pass", "fail", "error", "not provided", "not applicable")
 
@@ -58,7 +59,7 @@ def cells_for(impl: MoEImplementation, schemes=None, full: bool = False) -> list
 
 def size_multiple(impl: MoEImplementation, scheme: str) -> int:
     """H and I are multiples of this: the implementation's and every block size."""
-    k = scheme_row(scheme).k_multiple
+    k = get_scheme(scheme).k_multiple
     return impl.size_multiple * k // math.gcd(impl.size_multiple, k)
 
 
@@ -85,7 +86,7 @@ def _attempt(check: ck.Check, impl, problem, device) -> tuple:
 
 
 def run_check(check: ck.Check, impl: MoEImplementation, cell, device, seed: int, shrink_budget: int) -> dict:
-    scheme = scheme_row(cell[0])
+    scheme = get_scheme(cell[0])
     res = {"implementation": impl.name, "version": impl.version, "check": check.name,
            "bug_class": check.bug_class,
            "cell": dict(zip(("scheme", "routing", "activation", "dtype"), cell))}
@@ -127,7 +128,7 @@ def run_moe_conformance(names, device="cpu", seed: int = 0, schemes=None, checks
     selected = ck.CHECKS if checks is None else tuple(ck.get_check(c) for c in checks)
     if schemes is not None:
         for s in schemes:
-            scheme_row(s)
+            get_scheme(s)
     impls, skipped = resolve(names)
     results, info = [], []
     for impl in impls:

@@ -37,9 +37,9 @@ from __future__ import annotations
 import torch
 
 import harness.formats as hf
+from harness.moe.schemes import get_scheme
 from harness.testing.checks.problem import Truth
 
-from harness.conformance.moe.schemes import scheme_row
 
 F32, F64 = torch.float32, torch.float64
 
@@ -109,7 +109,7 @@ def _recip(v: torch.Tensor) -> torch.Tensor:
 
 def vllm_weights(p, truth: Truth, conventions: dict, device="cpu") -> dict:
     """The truth's weights and scales as vLLM's MoE parameters (module docstring)."""
-    scheme = scheme_row(p.scheme)
+    scheme = get_scheme(p.scheme)
     spec = hf.FORMATS[scheme.weight_fmt]
     interleave = conventions.get("gate_up") == "interleaved"
     packed = conventions.get("packing", "packed") == "packed"
