@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import harness.formats as hf
-from harness.conformance.moe import MoEImplementation, MoEWeights, run_moe_conformance
+from harness.conformance.moe import MoEImplementation, MoEWeights, check_moe, run_moe_conformance
 from harness.conformance.moe import problems as pb
 from harness.conformance.moe import registry
 from harness.conformance.moe.layers import build_unfused, harness_unfused
@@ -124,3 +124,11 @@ def test_entry_points_are_the_shipped_list(monkeypatch):
     monkeypatch.setattr(registry, "_entry_points", lambda: {"my-moe": ep})
     assert registry.get_moe_implementation("my-moe").name == "harness-unfused"
     assert "my-moe" in registry.available_names()
+
+
+def test_fixture_skips_an_implementation_that_cannot_run_here(moe_conformance):
+    impl = dataclasses.replace(harness_unfused(), devices=("rocm-only",))
+    with pytest.raises(pytest.skip.Exception, match="does not run on cpu"):
+        moe_conformance.check(impl)
+    with pytest.raises(AssertionError, match="not run: harness-unfused: does not run on cpu"):
+        check_moe(impl)
