@@ -5,6 +5,7 @@ implementation errors, 2 on bad arguments. Part of the conform command
 (conform.py hands over when --moe is given)."""
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import time
@@ -57,6 +58,11 @@ def main(args) -> int:
         print("moe-harness conform: --device cuda but no CUDA device is available", file=sys.stderr)
         return 2
 
+    # Every problem is a few KiB: more torch threads only contend (10x slower
+    # on a busy 2-core machine). OMP_NUM_THREADS in the environment wins.
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+
     def progress(impl, r):
         if r["status"] in ("fail", "error"):
             c = r["cell"]
@@ -73,7 +79,8 @@ def main(args) -> int:
         return 2
     elapsed = round(time.perf_counter() - t0, 2)
     meta = {"command": "moe-harness conform " + " ".join(sys.argv[2:]), "seed": args.seed, "device": str(device),
-            "torch": torch.__version__, "python": platform.python_version(), "seconds": elapsed}
+            "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
+            "seconds": elapsed}
     rd = hr.ReportDir.create("conform-moe", root=args.reports)
     moe_report.write(rd, data, meta)
     rd.update_latest()
