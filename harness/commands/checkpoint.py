@@ -6,8 +6,9 @@
 make: quantize the bundled tiny MoE with the producer library, print the
 cached folder (exit 0), 4 when the producer is not installed (the reason is
 printed), 1 when it fails. check: read a folder as its producer wrote it and
-run the round-trip proof against the producer's own dequantization (exit 1
-on a mismatch or an unreadable file, with one line naming it)."""
+run the round-trip proof against the producer's own dequantization: exit 0
+when it holds, 1 on a mismatch (a finding), 2 when the folder is refused
+(bad input: one line naming the file, tensor, expert and field)."""
 from __future__ import annotations
 
 import argparse
@@ -58,7 +59,7 @@ def _check(args) -> int:
         rt = roundtrip(args.folder)
     except CheckpointFormatError as e:
         print(f"moe-harness checkpoint check: {e}", file=sys.stderr)
-        return 1
+        return 2
     print(rt.summary())
     return 0 if rt.ok else 1
 
