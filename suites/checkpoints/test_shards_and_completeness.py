@@ -56,7 +56,7 @@ def test_with_an_index_every_tensor_comes_from_the_file_it_names(tmp_path):
     t = load_file(str(f / "model.safetensors"))
     t.update(_stale_scale(t))
     save_file(t, str(f / "model.safetensors"))
-    refused(f, SCALE, "model.safetensors", "model-00002-of-00002.safetensors", "index")
+    refused(f, SCALE, "model.safetensors", "the index names model-00002-of-00002.safetensors")
     t.pop(SCALE)
     save_file(t, str(f / "model.safetensors"))
     assert torch.equal(load_checkpoint(f).tensors["model.layers.0.mlp"]["w13_weight_scale"].view(torch.uint8),
