@@ -4,6 +4,7 @@ files is refused, and the expert tensors are complete against config.json
 Each refusal is one line naming the file, the tensor and what was expected;
 `checkpoint check` exits 2 on it."""
 import json
+from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -13,9 +14,9 @@ from harness.lmeval import config as C
 from harness.lmeval.evaluate import run_config
 
 from suites.checkpoints.corrupt import E0, check_refuses, copy, refused
-from suites.checkpoints.test_configs import CONFIGS
 
 SCALE = f"{E0}.gate_proj.weight_scale"
+CONFIGS = Path(__file__).resolve().parents[1] / "lm_eval" / "configs"
 
 
 def _stale_scale(t):
