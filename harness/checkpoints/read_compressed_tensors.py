@@ -18,7 +18,7 @@ import harness.formats as hf
 from harness.schemes import get_scheme
 
 from harness.checkpoints.completeness import check_experts
-from harness.checkpoints.errors import CheckpointFormatError
+from harness.checkpoints.errors import CheckpointFormatError, expect_object
 from harness.checkpoints.files import expert_groups
 from harness.checkpoints.stacking import collect, e4m3_scales, e8m0_scales, fetch, positive, stacked
 from harness.moe import loaders
@@ -39,15 +39,20 @@ def _fail(files, field, expected):
 
 def scheme(files) -> str:
     qc = files.config["quantization_config"]
+    where = files.folder / "config.json"
     fmt = qc.get("format")
-    if fmt not in _FORMATS:
+    if not isinstance(fmt, str) or fmt not in _FORMATS:
         _fail(files, "format", f"one of {', '.join(_FORMATS)}, got {fmt!r}")
     wfmt, hscheme, block, sdt = _FORMATS[fmt]
-    groups = qc.get("config_groups") or {}
+    groups = expect_object(where, "quantization_config.config_groups", qc.get("config_groups"), optional=True)
     if len(groups) != 1:
         _fail(files, "config_groups", f"exactly one group, got {len(groups)}")
     (gname, g), = groups.items()
-    w, a = g.get("weights") or {}, g.get("input_activations")
+    g = expect_object(where, f"quantization_config.config_groups.{gname}", g)
+    w = expect_object(where, f"quantization_config.config_groups.{gname}.weights", g.get("weights"), optional=True)
+    a = g.get("input_activations")
+    if a:
+        a = expect_object(where, f"quantization_config.config_groups.{gname}.input_activations", a)
     want_w = {"num_bits": 4, "type": "float", "group_size": block, "scale_dtype": sdt,
               "strategy": "tensor_group" if hf.get_format(wfmt).has_global_scale else "group"}
     for k, v in want_w.items():

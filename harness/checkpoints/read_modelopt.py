@@ -15,7 +15,7 @@ import torch
 from harness.schemes import NVFP4
 
 from harness.checkpoints.completeness import check_experts
-from harness.checkpoints.errors import CheckpointFormatError
+from harness.checkpoints.errors import CheckpointFormatError, expect_object
 from harness.checkpoints.files import expert_groups
 from harness.checkpoints.stacking import collect, e4m3_scales, fetch, positive, stacked
 from harness.moe import loaders
@@ -32,10 +32,11 @@ def scheme(files) -> str:
     where = files.folder / "config.json"
     if qc.get("quant_algo") != "NVFP4":
         raise CheckpointFormatError(where, "quantization_config.quant_algo", f"'NVFP4', got {qc.get('quant_algo')!r}")
-    groups = qc.get("config_groups") or {}
+    groups = expect_object(where, "quantization_config.config_groups", qc.get("config_groups"), optional=True)
     for gname, g in groups.items():
+        g = expect_object(where, f"quantization_config.config_groups.{gname}", g)
         for part in ("weights", "input_activations"):
-            a = g.get(part) or {}
+            a = expect_object(where, f"quantization_config.config_groups.{gname}.{part}", g.get(part), optional=True)
             if a.get("group_size") != 16 or a.get("num_bits") != 4 or a.get("type") != "float":
                 raise CheckpointFormatError(where, f"quantization_config.config_groups.{gname}.{part}",
                                             f"num_bits 4, type float, group_size 16 (NVFP4), got {a}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from harness.checkpoints.completeness import check_experts
-from harness.checkpoints.errors import CheckpointFormatError
+from harness.checkpoints.errors import CheckpointFormatError, expect_object
 from harness.checkpoints.files import expert_groups
 from harness.checkpoints.stacking import collect, e8m0_scales, fetch, stacked
 from harness.moe.schemes import get_scheme
@@ -50,19 +50,31 @@ def _check_mx(files, field, spec, dtype, dynamic):
             _fail(files, f"{field}.{k}", f"{v!r} (OCP MX as the harness scheme), got {spec.get(k)!r}")
 
 
+def _weight_spec(files) -> dict:
+    where = files.folder / "config.json"
+    g = expect_object(where, "quantization_config.global_quant_config",
+                      files.config["quantization_config"].get("global_quant_config"), optional=True)
+    w = expect_object(where, "quantization_config.global_quant_config.weight", g.get("weight"), optional=True)
+    dt = w.get("dtype")
+    if not isinstance(dt, str) or dt not in _DTYPES:
+        _fail(files, "global_quant_config.weight.dtype", f"one of {', '.join(_DTYPES)}, got {dt!r}")
+    return w
+
+
 def weight_format(files) -> str:
-    return _DTYPES[files.config["quantization_config"]["global_quant_config"]["weight"]["dtype"]][0]
+    return _DTYPES[_weight_spec(files)["dtype"]][0]
 
 
 def scheme(files) -> str:
     qc = files.config["quantization_config"]
-    g = qc.get("global_quant_config") or {}
-    w = g.get("weight") or {}
-    if w.get("dtype") not in _DTYPES:
-        _fail(files, "global_quant_config.weight.dtype", f"one of {', '.join(_DTYPES)}, got {w.get('dtype')!r}")
+    where = files.folder / "config.json"
+    w = _weight_spec(files)
+    g = qc["global_quant_config"]
     _, hscheme, adt = _DTYPES[w["dtype"]]
     _check_mx(files, "global_quant_config.weight", w, w["dtype"], False)
     a = g.get("input_tensors")
+    if a:
+        a = expect_object(where, "quantization_config.global_quant_config.input_tensors", a)
     if adt is None:
         if a:
             _fail(files, "global_quant_config.input_tensors", f"none ({hscheme} is weight only), got {a.get('dtype')!r}")
@@ -73,7 +85,8 @@ def scheme(files) -> str:
     for k in ("layer_quant_config", "layer_type_quant_config"):
         if qc.get(k):
             _fail(files, k, "empty (one scheme for every layer)")
-    if qc.get("export", {}).get("weight_format") != "real_quantized":
+    export = expect_object(where, "quantization_config.export", qc.get("export"), optional=True)
+    if export.get("weight_format") != "real_quantized":
         _fail(files, "export.weight_format", "'real_quantized'")
     return hscheme
 

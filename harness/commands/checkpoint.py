@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.checkpoints import producers
+from harness.checkpoints import detect, producers
 from harness.util import interrupt
 from harness.commands.checkpoint_synth import add_synth_parser
 from harness.checkpoints.make import MakeFailed, ProducerUnavailable, make_checkpoint
@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--force", action="store_true", help="make again even if cached")
     c = sub.add_parser("check", help="load a checkpoint folder and prove the round trip")
     c.add_argument("folder")
-    c.add_argument("--expect", default=None, help="the producer format the folder must hold")
+    c.add_argument("--expect", default=None, choices=detect.FORMAT_NAMES,
+                   help="the producer format the folder must hold")
     sub.add_parser("list", help="producers, schemes, formats and whether each is installed")
 
     add_synth_parser(sub)

@@ -80,21 +80,34 @@ def test_an_index_naming_a_missing_file_or_tensor_is_refused(tmp_path):
     refused(f, "experts.99", "model.safetensors")
 
 
-def test_the_shadowed_tensor_fails_an_eval_run_with_a_clear_error(tmp_path, monkeypatch):
-    """The producer config's eval, its checkpoint a shadowed copy of the cached one."""
+def _eval_on(tmp_path, monkeypatch, damage):
+    """The producer config's eval (8 items), its checkpoint a damaged copy of the cached one."""
     root = tmp_path / "agent"
-    f = copy(root, "llmcompressor", "nvfp4", name="shadowed")
-    save_file(_stale_scale(load_file(str(f / "model.safetensors"))), str(f / "zz-stale.safetensors"))
-    monkeypatch.setenv("SHADOW_CKPT_DIR", str(root))
+    f = copy(root, "llmcompressor", "nvfp4", name="damaged")
+    damage(f)
+    monkeypatch.setenv("DAMAGED_CKPT_DIR", str(root))
     raw = (CONFIGS / "producer-llmcompressor-nvfp4.yaml").read_text()
-    raw = raw.replace("    producer: llmcompressor\n    producer_scheme: nvfp4\n", "    subdir: shadowed\n")
-    raw = raw.replace("harness:\n", "harness:\n  model_dir_env: SHADOW_CKPT_DIR\n", 1)
+    raw = raw.replace("    producer: llmcompressor\n    producer_scheme: nvfp4\n", "    subdir: damaged\n")
+    raw = raw.replace("harness:\n", "harness:\n  model_dir_env: DAMAGED_CKPT_DIR\n", 1)
     (tmp_path / "cfg.yaml").write_text(raw)
-    cfg = C.load(tmp_path / "cfg.yaml")
-    r = run_config(cfg, limit=8)
+    r = run_config(C.load(tmp_path / "cfg.yaml"), limit=8)
     assert not r["passed"] and not r.get("skipped"), r["message"]
-    assert r["message"].startswith("FAILED: checkpoint:") and SCALE in r["message"], r["message"]
-    assert "zz-stale.safetensors" in r["message"] and "\n" not in r["message"]
+    assert r["message"].startswith("FAILED: checkpoint:") and "\n" not in r["message"], r["message"]
+    return r["message"]
+
+
+def test_the_shadowed_tensor_fails_an_eval_run_with_a_clear_error(tmp_path, monkeypatch):
+    def shadow(f):
+        save_file(_stale_scale(load_file(str(f / "model.safetensors"))), str(f / "zz-stale.safetensors"))
+    msg = _eval_on(tmp_path, monkeypatch, shadow)
+    assert SCALE in msg and "zz-stale.safetensors" in msg, msg
+
+
+def test_a_missing_expert_fails_an_eval_run_with_one_line(tmp_path, monkeypatch):
+    def drop(f):
+        t = load_file(str(f / "model.safetensors"))
+        save_file({k: v for k, v in t.items() if ".experts.3." not in k}, str(f / "model.safetensors"))
+    assert "experts.3" in _eval_on(tmp_path, monkeypatch, drop)
 
 
 # ---- completeness against config.json
