@@ -204,6 +204,63 @@ FAULTS += [
      [AR + "test_no_module_imports_itself_through_others"]),
 ]
 
+# Nothing wrong passes (#26): checkpoint shards, index, completeness and scale
+# values; the verified checkpoint cache; conform's isolation and comparison rules.
+CK = "suites/checkpoints/"
+SH = CK + "test_shards_and_completeness.py::"
+VC = CK + "test_value_checks.py::"
+CA = CK + "test_cache.py::"
+IS = C + "test_isolation.py::"
+CR = C + "test_comparison_rules.py::"
+FAULTS += [
+    ("checkpoints: the last file wins for a tensor in two files", "harness/checkpoints/files.py",
+     "                if len(fs) > 1:\n                    raise CheckpointFormatError(fs[0], k,",
+     "                if False:\n                    raise CheckpointFormatError(fs[0], k,",
+     [SH + "test_a_stale_shard_shadowing_a_tensor_is_refused"]),
+    ("checkpoints: the index is ignored", "harness/checkpoints/files.py",
+     "wm = _index_map(self.folder, set(by_name))", "wm = None",
+     [SH + "test_with_an_index_every_tensor_comes_from_the_file_it_names",
+      SH + "test_a_file_the_index_does_not_name_is_refused"]),
+    ("checkpoints: experts not checked complete against config.json", "harness/checkpoints/load.py",
+     "    r.complete(ckpt, blocks, scheme)\n", "",
+     [SH + "test_the_last_expert_missing_is_refused", SH + "test_a_whole_layers_experts_missing_is_refused"]),
+    ("checkpoints: E4M3 NaN block scale accepted", "harness/checkpoints/values.py",
+     '[("NaN", (b & 0x7F) == E4M3.nan_code), ("negative", (b & 0x80) != 0)]', '[("negative", (b & 0x80) != 0)]',
+     [VC + "test_e4m3_nan_block_scale_is_refused"]),
+    ("checkpoints: negative E4M3 block scales accepted", "harness/checkpoints/values.py",
+     '[("NaN", (b & 0x7F) == E4M3.nan_code), ("negative", (b & 0x80) != 0)]', '[("NaN", (b & 0x7F) == E4M3.nan_code)]',
+     [VC + "test_negative_e4m3_block_scales_are_refused"]),
+    ("checkpoints: a zero or negative per-tensor scale accepted", "harness/checkpoints/values.py",
+     "bad = ~(torch.isfinite(v) & (v > 0))", "bad = ~torch.isfinite(v)",
+     [VC + "test_modelopt_input_scale_must_be_finite_and_positive",
+      VC + "test_compressed_tensors_global_scales_must_be_finite_and_positive"]),
+    ("cache: an entry trusted on its link, not verified", "harness/checkpoints/cache.py",
+     "            try:\n                verify(version)", "            try:\n                pass",
+     [CA + "test_a_truncated_cached_safetensors_is_not_returned", CA + "test_an_empty_made_json_is_not_trusted"]),
+    ("cache: --force deletes a version being read", "harness/checkpoints/cache.py",
+     "                except BlockingIOError:\n                    in_use.append(p)\n                    continue",
+     "                except BlockingIOError:\n                    pass",
+     [CA + "test_force_never_deletes_a_version_being_read"]),
+    ("conform: implementations handed the shared input (no copy)", "harness/conformance/compare.py",
+     "copies = [t.to(device, copy=True) for t in tensors]", "copies = [t.to(device) for t in tensors]",
+     [IS + "test_an_input_mutation_is_flagged_and_does_not_hide_the_next_bug"]),
+    ("conform: implementations run in the run's own process", "harness/conformance/runner.py",
+     "        if isolate:\n", "        if False:\n",
+     [IS + "test_sys_exit_0_is_a_fail_not_a_green_run"]),
+    ("conform: the per-cell time limit never fires", "harness/conformance/isolation.py",
+     "if current is not None and now - cell_t0 > limits.cell_timeout_s:", "if False:",
+     [IS + "test_hostile_implementations_each_fail_alone"]),
+    ("conform: -0 equals +0", "harness/conformance/compare.py",
+     "return (a.view(_INT_VIEW[a.dtype]) == b.view(_INT_VIEW[b.dtype])) | (torch.isnan(a) & torch.isnan(b))",
+     "return (a == b) | (torch.isnan(a) & torch.isnan(b))",
+     [CR + "test_values_equal_is_bitwise_and_nan_equals_only_nan", CR + "test_an_implementation_dropping_the_sign_of_zero_fails"]),
+    ("conform: NaN equals any value", "harness/conformance/compare.py",
+     "return (a.view(_INT_VIEW[a.dtype]) == b.view(_INT_VIEW[b.dtype])) | (torch.isnan(a) & torch.isnan(b))",
+     "return (a.view(_INT_VIEW[a.dtype]) == b.view(_INT_VIEW[b.dtype])) | torch.isnan(a) | torch.isnan(b)",
+     [CR + "test_values_equal_is_bitwise_and_nan_equals_only_nan",
+      CR + "test_an_implementation_with_another_nan_payload_passes_and_nan_for_a_number_fails"]),
+]
+
 
 # The MoE families' features (harness/moe/arch.py): each bug class a refactor of
 # them could ship, caught by its check in harness/testing/checks/ on a fixed

@@ -24,29 +24,34 @@ class LoadedCheckpoint:
     quant_configs: dict = field(default_factory=dict)  # block -> MoEQuantConfig
 
 
-def _blocks(ckpt: cfiles.CheckpointFiles, fmt: str) -> dict:
-    if fmt == "gpt-oss":
-        return detect.reader(fmt).groups(ckpt.keys())
-    return cfiles.expert_groups(ckpt.keys())
-
-
 def identify(folder, expect: str | None = None) -> tuple:
-    """(files, format, harness scheme) from the config alone; a format other
-    than `expect` is a CheckpointFormatError naming both."""
+    """(files, format, harness scheme): the files opened (index and shards
+    consistent, headers valid), the format from the config, and the expert
+    tensors complete against config.json (names only; nothing is read). A
+    format other than `expect` is a CheckpointFormatError naming both."""
+    ckpt, fmt, scheme, _ = _identify(folder, expect)
+    return ckpt, fmt, scheme
+
+
+def _identify(folder, expect):
     ckpt = cfiles.CheckpointFiles(folder)
     fmt = detect.detect(ckpt.config, ckpt.folder / "config.json")
     if expect is not None and fmt != expect:
         raise CheckpointFormatError(ckpt.folder, "producer format", f"{expect} (as the config names), found {fmt}")
-    return ckpt, fmt, detect.reader(fmt).scheme(ckpt)
+    r = detect.reader(fmt)
+    scheme = r.scheme(ckpt)
+    blocks = r.groups(ckpt.keys())
+    if not blocks:
+        raise CheckpointFormatError(ckpt.folder, "expert tensors", f"quantized MoE experts in the {fmt} layout, found none")
+    r.complete(ckpt, blocks, scheme)
+    return ckpt, fmt, scheme, blocks
 
 
 def read_tensors(folder, expect: str | None = None) -> tuple:
-    """(files, format, harness scheme, {block: stacked tensors}) without building quant configs."""
-    ckpt, fmt, scheme = identify(folder, expect)
+    """(files, format, harness scheme, {block: stacked tensors}) without building quant configs;
+    every scale value checked (values.py)."""
+    ckpt, fmt, scheme, blocks = _identify(folder, expect)
     r = detect.reader(fmt)
-    blocks = _blocks(ckpt, fmt)
-    if not blocks:
-        raise CheckpointFormatError(ckpt.folder, "expert tensors", f"quantized MoE experts in the {fmt} layout, found none")
     return ckpt, fmt, scheme, {b: r.block_tensors(ckpt, b, blocks[b], scheme) for b in sorted(blocks)}
 
 

@@ -1,7 +1,11 @@
 """`make_checkpoint(producer, scheme)`: run the producer's maker on the bundled
 tiny MoE once per (producer versions, scheme, model hash) and return the
-cached folder. The folder is built under a temporary name and renamed into
-place with its made.json last, so an interrupted make never looks complete."""
+cached version folder, verified (cache.py). The maker runs in its own
+interpreter and process group, writing into a temporary folder that becomes
+a version only when complete (cache.publish). Interrupted (SIGINT, SIGTERM,
+KeyboardInterrupt), the maker's group gets SIGTERM, a grace period, then
+SIGKILL, the temporary folder is removed and its log kept as
+`<model hash>.failed.log`; the previous version stays the entry."""
 from __future__ import annotations
 
 import fcntl
@@ -16,6 +20,7 @@ from pathlib import Path
 
 from harness.checkpoints import cache, producers
 from harness.models import source
+from harness.util import interrupt
 
 
 class ProducerUnavailable(RuntimeError):
@@ -26,22 +31,37 @@ class MakeFailed(RuntimeError):
     """The producer ran and failed; the message names its log."""
 
 
-def _run_worker(producer: str, scheme: str, work: Path, model_dir: Path, log: Path) -> dict:
+def _run_worker(producer: str, scheme: str, work: Path, model_dir: Path, log: Path, kept_log: Path) -> dict:
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_DATASETS_OFFLINE="1")
-    with open(log, "w") as fh:
-        proc = subprocess.run([sys.executable, "-m", "harness.checkpoints.make_worker", producer, scheme, str(work),
-                               str(model_dir)], stdout=subprocess.PIPE, stderr=fh, text=True, env=env)
-        fh.write(proc.stdout)
-    if proc.returncode != 0:
-        raise MakeFailed(f"{producer} {scheme}: the producer failed (exit {proc.returncode}); its output: {log}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    with open(log, "w") as err, tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "harness.checkpoints.make_worker", producer, scheme, str(work),
+                                 str(model_dir)], stdout=out, stderr=err, text=True, env=env, start_new_session=True)
+        rc = interrupt.wait_or_stop(proc)
+        out.seek(0)
+        text = out.read()
+        err.write(text)
+    if rc != 0:
+        raise MakeFailed(f"{producer} {scheme}: the producer failed (exit {rc}); its output: {kept_log}")
+    try:
+        return json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise MakeFailed(f"{producer} {scheme}: the producer printed no details line; its output: {kept_log}") from None
 
 
 def cached_path(producer: str, scheme: str, model_dir=None) -> Path:
+    """The entry's link (cache.py); make_checkpoint returns the version it points at."""
     p = producers.get(producer)
     producers.harness_scheme(producer, scheme)
     return cache.checkpoint_dir(producer, producers.version_key(p), scheme, source.model_hash(model_dir))
+
+
+def _current(link: Path):
+    try:
+        return cache.current(link)
+    except cache.CacheDamaged as e:
+        print(f"moe-harness: cached checkpoint damaged, making it again: {e}", file=sys.stderr, flush=True)
+        return None
 
 
 def make_checkpoint(producer: str, scheme: str, *, force: bool = False, model_dir=None) -> Path:
@@ -51,32 +71,39 @@ def make_checkpoint(producer: str, scheme: str, *, force: bool = False, model_di
     if not ok:
         raise ProducerUnavailable(why)
     model_dir = Path(model_dir) if model_dir else source.model_dir()
-    final = cached_path(producer, scheme, model_dir)
-    if cache.is_complete(final) and not force:
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    # one maker per folder at a time (pytest -n 2 workers may ask for the same checkpoint)
-    with open(final.parent / f"{final.name}.lock", "w") as lock:
+    link = cached_path(producer, scheme, model_dir)
+    if not force and (v := _current(link)) is not None:
+        return v
+    link.parent.mkdir(parents=True, exist_ok=True)
+    # one maker per entry at a time (pytest -n 2 workers may ask for the same checkpoint)
+    with open(link.parent / f"{link.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if cache.is_complete(final) and not force:
-            return final
-        return _make_locked(p, producer, scheme, hscheme, final, model_dir)
+        if not force and (v := _current(link)) is not None:
+            return v
+        cache.retire_old(link, keep=None)  # stale temporaries of killed makes
+        v = _make_locked(p, producer, scheme, hscheme, link, model_dir)
+        cache.retire_old(link, keep=v)
+        return v
 
 
-def _make_locked(p, producer, scheme, hscheme, final: Path, model_dir: Path) -> Path:
-    work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+def _make_locked(p, producer, scheme, hscheme, link: Path, model_dir: Path) -> Path:
+    work = cache.temp_dir(link)
+    log = work.with_name(work.name + ".log")
+    kept_log = link.with_name(link.name + ".failed.log")
     try:
         t0 = time.perf_counter()
-        details = _run_worker(producer, scheme, work, model_dir, final.parent / f"{final.name}.log")
+        details = _run_worker(producer, scheme, work, model_dir, log, kept_log)
         made = {"producer": producer, "scheme": scheme, "harness_scheme": hscheme, "format": p.fmt,
                 "versions": producers.versions(p), "model_hash": source.model_hash(model_dir),
                 "calibration_docs": source.CALIBRATION_DOCS, "seconds": round(time.perf_counter() - t0, 1),
                 "details": details, "note": p.note}
-        if final.exists():
-            shutil.rmtree(final)
-        work.rename(final)
-        (final / cache.MARKER).write_text(json.dumps(made, indent=2) + "\n")
+        (work / cache.MARKER).write_text(json.dumps(made, indent=2) + "\n")
+        os.replace(log, work / cache.LOG)
+        return cache.publish(work, link)
+    except BaseException:
+        if log.exists():
+            os.replace(log, kept_log)
+        raise
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
-    return final

@@ -17,8 +17,10 @@ import torch
 import harness.formats as hf
 from harness.schemes import get_scheme
 
-from harness.checkpoints.errors import CheckpointFormatError
-from harness.checkpoints.stacking import collect, fetch, stacked
+from harness.checkpoints.completeness import check_experts
+from harness.checkpoints.errors import CheckpointFormatError, expect_object
+from harness.checkpoints.files import expert_groups
+from harness.checkpoints.stacking import collect, e4m3_scales, e8m0_scales, fetch, positive, stacked
 from harness.moe import loaders
 
 FORMAT = "compressed-tensors"
@@ -37,15 +39,20 @@ def _fail(files, field, expected):
 
 def scheme(files) -> str:
     qc = files.config["quantization_config"]
+    where = files.folder / "config.json"
     fmt = qc.get("format")
-    if fmt not in _FORMATS:
+    if not isinstance(fmt, str) or fmt not in _FORMATS:
         _fail(files, "format", f"one of {', '.join(_FORMATS)}, got {fmt!r}")
     wfmt, hscheme, block, sdt = _FORMATS[fmt]
-    groups = qc.get("config_groups") or {}
+    groups = expect_object(where, "quantization_config.config_groups", qc.get("config_groups"), optional=True)
     if len(groups) != 1:
         _fail(files, "config_groups", f"exactly one group, got {len(groups)}")
     (gname, g), = groups.items()
-    w, a = g.get("weights") or {}, g.get("input_activations")
+    g = expect_object(where, f"quantization_config.config_groups.{gname}", g)
+    w = expect_object(where, f"quantization_config.config_groups.{gname}.weights", g.get("weights"), optional=True)
+    a = g.get("input_activations")
+    if a:
+        a = expect_object(where, f"quantization_config.config_groups.{gname}.input_activations", a)
     want_w = {"num_bits": 4, "type": "float", "group_size": block, "scale_dtype": sdt,
               "strategy": "tensor_group" if hf.get_format(wfmt).has_global_scale else "group"}
     for k, v in want_w.items():
@@ -62,6 +69,21 @@ def scheme(files) -> str:
     return hscheme
 
 
+def groups(keys) -> dict:
+    return expert_groups(keys)
+
+
+def complete(files, blocks: dict, hscheme: str) -> None:
+    check_experts(files.folder, files.config, blocks, parts(hscheme))
+
+
+def parts(hscheme: str) -> tuple:
+    """The tensors each expert projection stores (completeness.py)."""
+    if get_scheme(hscheme).two_level:
+        return ("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale")
+    return ("weight_packed", "weight_scale")
+
+
 def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
     row = get_scheme(hscheme)
     nvfp4 = row.two_level  # a per-tensor global scale beside the block scales
@@ -70,18 +92,30 @@ def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
 
     def one(e, proj):
         w = fetch(files, block, experts, e, proj, "weight_packed", dtype=torch.uint8)
-        n, k2 = w.shape
-        t = {"w": w, "s": fetch(files, block, experts, e, proj, "weight_scale", dtype=sdt, shape=(n, 2 * k2 // blk))}
+        n, k2 = _rows(files, experts, e, proj, w)
+        t = {"weight_packed": w,
+             "weight_scale": fetch(files, block, experts, e, proj, "weight_scale", dtype=sdt,
+                                   shape=(n, 2 * k2 // blk), check=e4m3_scales if nvfp4 else e8m0_scales)}
         if nvfp4:
-            for key, suffix in (("g", "weight_global_scale"), ("a", "input_global_scale")):
-                t[key] = fetch(files, block, experts, e, proj, suffix, dtype=torch.float32, shape=(1,))
+            for suffix in ("weight_global_scale", "input_global_scale"):
+                t[suffix] = fetch(files, block, experts, e, proj, suffix, dtype=torch.float32, shape=(1,),
+                                  check=positive)
         return t
 
-    per_tensor = {"g": ("w13_weight_global_scale", "w2_weight_global_scale"),
-                  "a": ("w13_input_global_scale", "w2_input_global_scale")} if nvfp4 else None
+    per_tensor = {"weight_global_scale": ("w13_weight_global_scale", "w2_weight_global_scale"),
+                  "input_global_scale": ("w13_input_global_scale", "w2_input_global_scale")} if nvfp4 else None
     return stacked(collect(files, block, experts, one),
-                   {"w": ("w13_weight_packed", "w2_weight_packed"), "s": ("w13_weight_scale", "w2_weight_scale")},
-                   per_tensor)
+                   {"weight_packed": ("w13_weight_packed", "w2_weight_packed"),
+                    "weight_scale": ("w13_weight_scale", "w2_weight_scale")},
+                   per_tensor, shared=("weight_global_scale",) if nvfp4 else ())
+
+
+def _rows(files, experts, e, proj, w):
+    """(N, K/2) of a packed weight; one line naming it unless it is 2-D."""
+    if w.dim() != 2:
+        name = experts[e][proj]["weight_packed"]
+        raise CheckpointFormatError(files.file_of(name), name, f"a 2-D [N, K/2] packed weight, got shape {tuple(w.shape)}")
+    return w.shape
 
 
 def quant_config(tensors: dict, hscheme: str):

@@ -13,7 +13,9 @@ import re
 import torch
 
 from harness.checkpoints.errors import CheckpointFormatError
+from harness.checkpoints.completeness import check_layers, expert_count
 from harness.checkpoints.files import check_tensor
+from harness.checkpoints.values import block_scales
 from harness.moe import loaders
 
 FORMAT = "gpt-oss"
@@ -41,6 +43,24 @@ def groups(keys) -> dict:
     return out
 
 
+PARTS = tuple((proj, part) for proj in ("gate_up_proj", "down_proj") for part in ("blocks", "scales"))
+
+
+def complete(files, blocks: dict, hscheme: str) -> None:
+    """Every MoE layer has its four tensors, each holding config.json's expert count in dim 0."""
+    E = check_layers(files.folder, files.config, blocks)
+    _, key = expert_count(files.config, files.folder / "config.json")
+    for b in sorted(blocks):
+        for proj, part in PARTS:
+            if (proj, part) not in blocks[b]:
+                raise CheckpointFormatError(files.folder, f"{b}.experts.{proj}_{part}", "this tensor (missing)")
+            name = blocks[b][proj, part]
+            shape = files.header(name)[1]
+            if not shape or shape[0] != E:
+                raise CheckpointFormatError(files.file_of(name), name,
+                                            f"{E} experts in dim 0 (config.json {key} {E}), got shape {shape}")
+
+
 def deinterleave(rows: torch.Tensor) -> torch.Tensor:
     """[E, 2I, ...] rows (gate, up, gate, up, ...) -> gate rows then up rows."""
     return torch.cat([rows[:, 0::2], rows[:, 1::2]], dim=1)
@@ -55,11 +75,16 @@ def block_tensors(files, block: str, names: dict, hscheme: str) -> dict:
             if (proj, part) not in names:
                 raise CheckpointFormatError(files.folder, f"{block}.experts.{proj}_{part}", "this tensor (missing)")
     out = {}
+    E, key_e = expert_count(files.config, files.folder / "config.json")
     for proj, key in (("gate_up_proj", "w13"), ("down_proj", "w2")):
         bname, sname = names[proj, "blocks"], names[proj, "scales"]
         s = check_tensor(files, sname, files.get(sname), dtype=torch.uint8)
         if s.dim() != 3:
             raise CheckpointFormatError(files.file_of(sname), sname, f"[E, N, K/32] E8M0 bytes, got shape {tuple(s.shape)}")
+        if s.shape[0] != E:
+            raise CheckpointFormatError(files.file_of(sname), sname,
+                                        f"{E} experts in dim 0 (config.json {key_e} {E}), got shape {tuple(s.shape)}")
+        block_scales(files, sname, s, "e8m0", per_expert=True)
         b = check_tensor(files, bname, files.get(bname), dtype=torch.uint8, shape=(*s.shape, 16))
         w = b.reshape(s.shape[0], s.shape[1], -1)
         if key == "w13":

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from harness.checkpoints.errors import CheckpointFormatError
-from harness.checkpoints.stacking import collect, fetch, stacked
+from harness.checkpoints.completeness import check_experts
+from harness.checkpoints.errors import CheckpointFormatError, expect_object
+from harness.checkpoints.files import expert_groups
+from harness.checkpoints.stacking import collect, e8m0_scales, fetch, stacked
 from harness.moe.schemes import get_scheme
 from harness.moe import loaders
 import harness.formats as hf
@@ -48,19 +50,31 @@ def _check_mx(files, field, spec, dtype, dynamic):
             _fail(files, f"{field}.{k}", f"{v!r} (OCP MX as the harness scheme), got {spec.get(k)!r}")
 
 
+def _weight_spec(files) -> dict:
+    where = files.folder / "config.json"
+    g = expect_object(where, "quantization_config.global_quant_config",
+                      files.config["quantization_config"].get("global_quant_config"), optional=True)
+    w = expect_object(where, "quantization_config.global_quant_config.weight", g.get("weight"), optional=True)
+    dt = w.get("dtype")
+    if not isinstance(dt, str) or dt not in _DTYPES:
+        _fail(files, "global_quant_config.weight.dtype", f"one of {', '.join(_DTYPES)}, got {dt!r}")
+    return w
+
+
 def weight_format(files) -> str:
-    return _DTYPES[files.config["quantization_config"]["global_quant_config"]["weight"]["dtype"]][0]
+    return _DTYPES[_weight_spec(files)["dtype"]][0]
 
 
 def scheme(files) -> str:
     qc = files.config["quantization_config"]
-    g = qc.get("global_quant_config") or {}
-    w = g.get("weight") or {}
-    if w.get("dtype") not in _DTYPES:
-        _fail(files, "global_quant_config.weight.dtype", f"one of {', '.join(_DTYPES)}, got {w.get('dtype')!r}")
+    where = files.folder / "config.json"
+    w = _weight_spec(files)
+    g = qc["global_quant_config"]
     _, hscheme, adt = _DTYPES[w["dtype"]]
     _check_mx(files, "global_quant_config.weight", w, w["dtype"], False)
     a = g.get("input_tensors")
+    if a:
+        a = expect_object(where, "quantization_config.global_quant_config.input_tensors", a)
     if adt is None:
         if a:
             _fail(files, "global_quant_config.input_tensors", f"none ({hscheme} is weight only), got {a.get('dtype')!r}")
@@ -71,40 +85,56 @@ def scheme(files) -> str:
     for k in ("layer_quant_config", "layer_type_quant_config"):
         if qc.get(k):
             _fail(files, k, "empty (one scheme for every layer)")
-    if qc.get("export", {}).get("weight_format") != "real_quantized":
+    export = expect_object(where, "quantization_config.export", qc.get("export"), optional=True)
+    if export.get("weight_format") != "real_quantized":
         _fail(files, "export.weight_format", "'real_quantized'")
     return hscheme
+
+
+def groups(keys) -> dict:
+    return expert_groups(keys)
+
+
+def complete(files, blocks: dict, hscheme: str) -> None:
+    check_experts(files.folder, files.config, blocks, parts(hscheme))
+
+
+def parts(hscheme: str) -> tuple:
+    """The tensors each expert projection stores (completeness.py)."""
+    return ("weight", "weight_scale")
 
 
 def block_tensors(files, block: str, experts: dict, hscheme: str) -> dict:
     wfmt = weight_format(files)
 
     def one(e, proj):
-        s = fetch(files, block, experts, e, proj, "weight_scale", dtype=torch.uint8)
+        s = fetch(files, block, experts, e, proj, "weight_scale", dtype=torch.uint8, check=e8m0_scales)
+        if s.dim() != 2:
+            name = experts[e][proj]["weight_scale"]
+            raise CheckpointFormatError(files.file_of(name), name, f"a 2-D [N, K/32] E8M0 scale, got {tuple(s.shape)}")
         w = fetch(files, block, experts, e, proj, "weight")
-        return {"w": _unpack(files, block, e, proj, w, s, wfmt), "s": s}
+        return {"weight": _unpack(files, experts[e][proj]["weight"], w, s, wfmt), "weight_scale": s}
 
     return stacked(collect(files, block, experts, one),
-                   {"w": ("w13_weight", "w2_weight"), "s": ("w13_weight_scale", "w2_weight_scale")})
+                   {"weight": ("w13_weight", "w2_weight"), "weight_scale": ("w13_weight_scale", "w2_weight_scale")})
 
 
-def _unpack(files, block, e, proj, w, s, wfmt):
+def _unpack(files, name, w, s, wfmt):
     """Weight as the harness loader takes it: fp4 packed uint8 [N, K/2] (low
     nibble first), other formats one code per byte [N, K]."""
     el = hf.get_format(wfmt).element
     n, k = s.shape[0], s.shape[1] * hf.get_format(wfmt).block_size
-    name = f"{block}.experts.{e}.{proj} weight"
     if el.width == 4:
         if w.dtype != torch.uint8 or tuple(w.shape) != (n, k // 2):
-            raise CheckpointFormatError(files.folder, name, f"uint8 [{n}, {k // 2}] packed fp4, got {w.dtype} {tuple(w.shape)}")
+            raise CheckpointFormatError(files.file_of(name), name, f"uint8 [{n}, {k // 2}] packed fp4, got {w.dtype} {tuple(w.shape)}")
         return w
     if el.width == 8:
         if w.dtype not in (torch.uint8, getattr(torch, el.torch_dtype)) or tuple(w.shape) != (n, k):
-            raise CheckpointFormatError(files.folder, name, f"{el.torch_dtype} or uint8 [{n}, {k}], got {w.dtype} {tuple(w.shape)}")
+            raise CheckpointFormatError(files.file_of(name), name, f"{el.torch_dtype} or uint8 [{n}, {k}], got {w.dtype} {tuple(w.shape)}")
         return w
     if w.dtype == torch.uint8 and tuple(w.shape) == (n, k * 3 // 4):
         return unpack_fp6(w)
-    raise CheckpointFormatError(files.folder, name, f"uint8 [{n}, {k * 3 // 4}] fp6 packed 4 codes in 3 bytes, "
+    raise CheckpointFormatError(files.file_of(name), name, f"uint8 [{n}, {k * 3 // 4}] fp6 packed 4 codes in 3 bytes, "
                                 f"got {w.dtype} {tuple(w.shape)}")
 
 

@@ -125,8 +125,7 @@ def _source_weights(base_dir):
 def roundtrip(folder, base_dir=None) -> RoundTrip:
     loaded = load_checkpoint(folder)
     ckpt = cfiles.CheckpointFiles(folder)
-    groups = (detect.reader("gpt-oss").groups(ckpt.keys()) if loaded.fmt == "gpt-oss"
-              else cfiles.expert_groups(ckpt.keys()))
+    groups = detect.reader(loaded.fmt).groups(ckpt.keys())
     bound = BOUNDS.get(loaded.fmt)
     rt = RoundTrip(loaded.fmt, loaded.scheme, bound_ulp=None if bound is None else bound[0])
     source = _source_weights(base_dir)

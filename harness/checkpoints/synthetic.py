@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -193,7 +195,10 @@ def iter_tensors(shape: Shape, scheme: str, seed: int, device: str):
 # -- writing --------------------------------------------------------------------------------
 def write(shape_name: str, scheme: str, out, seed: int = 0, device: str | None = None,
           shard_bytes: int = 4 * GiB, progress=None) -> dict:
-    """Write the checkpoint into `out` (created; must be empty). Returns a summary."""
+    """Write the checkpoint into `out` (created; must be empty or absent).
+    Everything is written into a temporary folder next to `out`, renamed to
+    `out` when complete; interrupted or failed, the temporary folder is
+    removed. Returns a summary."""
     from safetensors.torch import save_file
 
 
@@ -203,10 +208,25 @@ def write(shape_name: str, scheme: str, out, seed: int = 0, device: str | None =
     if shape.hidden % block_size(scheme) or shape.moe_intermediate % block_size(scheme):
         raise ValueError(f"{shape.name}: hidden and moe_intermediate must be multiples of the {scheme} block")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise ValueError(f"--out {out}: folder is not empty")
-    out.mkdir(parents=True, exist_ok=True)
+    final_out = Path(out)
+    if final_out.exists() and not final_out.is_dir():
+        raise ValueError(f"--out {final_out}: not a folder (it is a file)")
+    if final_out.is_dir() and any(final_out.iterdir()):
+        raise ValueError(f"--out {final_out}: folder is not empty")
+    final_out.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix=f".{final_out.name}.tmp-", dir=final_out.parent))
+    try:
+        summary = _write_into(out, shape, scheme, seed, device, shard_bytes, progress, save_file)
+        if final_out.is_dir():
+            final_out.rmdir()
+        out.rename(final_out)
+    finally:
+        if out.exists():
+            shutil.rmtree(out, ignore_errors=True)
+    return dict(summary, out=str(final_out))
+
+
+def _write_into(out: Path, shape, scheme, seed, device, shard_bytes, progress, save_file) -> dict:
     shard, size, names, weight_map, total = {}, 0, [], {}, 0
 
     def flush():

@@ -68,5 +68,8 @@ def synth(args) -> int:
     except ValueError as e:
         print(f"moe-harness checkpoint synth: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a read-only or full disk
+        print(f"moe-harness checkpoint synth: cannot write {e.filename or args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(json.dumps(out, indent=2))
     return 0

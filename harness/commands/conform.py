@@ -1,7 +1,10 @@
 """`moe-harness conform`: run implementations against the reference, stage by
 stage, over input families from the format table; write reports/<ts>-conform/
 {results.json, summary.md, heatmap.png}; exit 1 when a divergence is not
-explained by the registry (divergences.yaml), 2 on bad arguments."""
+explained by the registry (divergences.yaml) or an implementation failed
+(crash, exit, signal, timeout, input mutation), 2 on bad arguments or an
+unwritable --reports, 130/143 when interrupted (the report of what finished
+is written and marked interrupted)."""
 from __future__ import annotations
 
 import platform
@@ -16,8 +19,10 @@ from harness.util import report as hr
 from harness.commands import conform_moe
 from harness.conformance import divergences as dv
 from harness.conformance import report as conf_report
+from harness.conformance import isolation
 from harness.conformance.registry import available_names
 from harness.conformance.runner import run_conformance
+from harness.util import interrupt
 
 
 def add_arguments(parser):
@@ -32,6 +37,12 @@ def add_arguments(parser):
     parser.add_argument("--reports", default="reports", help="reports root folder")
     parser.add_argument("--list", action="store_true", help="list the implementations and exit")
     conform_moe.add_arguments(parser)
+    parser.add_argument("--cell-timeout", type=float, default=isolation.CELL_TIMEOUT_S, metavar="S",
+                        help=f"seconds one cell of one implementation may take (default {isolation.CELL_TIMEOUT_S:g})")
+    parser.add_argument("--impl-timeout", type=float, default=isolation.IMPL_TIMEOUT_S, metavar="S",
+                        help=f"seconds one implementation may take in all (default {isolation.IMPL_TIMEOUT_S:g})")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run implementations in this process (no child process, no time limits; debugging)")
 
 
 def _formats(arg):
@@ -54,6 +65,8 @@ def main(args) -> int:
         formats = _formats(args.formats)
         registry = dv.load_registry(args.registry) if args.registry else dv.default_registry()
         device = torch.device(args.device)
+        limits = isolation.Limits(cell_timeout_s=args.cell_timeout, impl_timeout_s=args.impl_timeout)
+        hr.check_root(args.reports)
     except (ValueError, RuntimeError, OSError) as e:
         print(f"moe-harness conform: {e}", file=sys.stderr)
         return 2
@@ -68,22 +81,44 @@ def main(args) -> int:
         if bad:
             print(f"FAIL  {impl.name:<16} {cell.label():<40} stages {', '.join(bad)}", flush=True)
 
-    try:
-        data = run_conformance(names, formats=formats, device=device, seed=args.seed,
-                               random_blocks=args.random_blocks, registry=registry, progress=progress)
-    except (ValueError, TypeError) as e:  # unknown implementation, bad --impl object
-        print(f"moe-harness conform: {e}", file=sys.stderr)
-        return 2
+    with interrupt.catch_signals() as guard:
+        try:
+            data = run_conformance(names, formats=formats, device=device, seed=args.seed,
+                                   random_blocks=args.random_blocks, registry=registry, progress=progress,
+                                   isolate=not args.in_process, limits=limits)
+        except (ValueError, TypeError) as e:  # unknown implementation, bad --impl object
+            print(f"moe-harness conform: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as e:  # before any implementation ran (resolving, generating inputs)
+            print(f"moe-harness conform: interrupted ({interrupt.signal_name(e)}) before any implementation finished; "
+                  "no report written", file=sys.stderr)
+            return interrupt.exit_code(e)
+        guard.shield()  # the report is written whole
+        return _report(args, data, device, t0)
+
+
+def _report(args, data, device, t0) -> int:
     elapsed = round(time.perf_counter() - t0, 2)
     meta = {"command": "moe-harness conform " + " ".join(sys.argv[2:]), "seed": args.seed, "device": str(device),
             "torch": torch.__version__, "python": platform.python_version(), "seconds": elapsed,
-            "registry": args.registry or str(dv.REGISTRY_PATH)}
-    rd = hr.ReportDir.create("conform", root=args.reports)
-    conf_report.write(rd, data, meta)
-    rd.update_latest()
+            "registry": args.registry or str(dv.REGISTRY_PATH), "finished": "interrupted" not in data}
+    if "interrupted" in data:
+        meta["interrupted"] = data["interrupted"]
+    try:
+        rd = hr.ReportDir.create("conform", root=args.reports)
+        conf_report.write(rd, data, meta)
+        rd.update_latest()
+    except OSError as e:  # the reports folder filled up or went read-only during the run
+        print(f"moe-harness conform: cannot write the report under {args.reports}: {e.strerror or e}", file=sys.stderr)
+        return 2
     for s in data["skipped"]:
         print(f"SKIP  {s['name']}: {s['reason']}")
     for i in data["implementations"]:
-        print(f"{'FAIL' if i['failed'] else 'PASS'}  {i['name']} {i['version']}: {i['cells']} cells, {i['seconds']} s")
+        why = f" -- {i['error']}" if i.get("error") else ""
+        print(f"{'FAIL' if i['failed'] else 'PASS'}  {i['name']} {i['version']}: {i['cells']} cells, {i['seconds']} s{why}")
+    if "interrupted" in data:
+        print(f"INTERRUPTED ({data['interrupted']}) after {elapsed} s -- report of what finished: {rd.path}/summary.md",
+              flush=True)
+        return data["exit_code"]
     print(f"{'FAILED' if data['failed'] else 'passed'} in {elapsed} s -- report: {rd.path}/summary.md", flush=True)
     return 1 if data["failed"] else 0

@@ -34,9 +34,13 @@ def _wrap(fn, stage: str):
 
 def check(fn, fmt: str, scale_mode: str = "floor", rounding: str = "rne", stage: str = "qdq",
           dtypes=(torch.float32, torch.bfloat16, torch.float16), seed: int = 0, random_blocks: int = 64,
-          name: str = "user", version: str = "0", registry=None, global_scale: str = "encode") -> dict:
+          name: str = "user", version: str = "0", registry=None, global_scale: str = "encode",
+          isolate: bool = True, limits=None) -> dict:
     """Run `fn` as the `stage` ("qdq" or "quantize", returning (codes, scales))
-    of an implementation over every input family; returns the run data."""
+    of an implementation over every input family; returns the run data.
+    isolate=True runs it in a child process (a crash, exit or hang is a
+    failure with its reason; `limits`: isolation.Limits); isolate=False keeps
+    it in this process (faster; a crash or exit takes the test run with it)."""
     spec = hf.get_format(fmt)
     if stage not in ("qdq", "quantize"):
         raise ValueError(f"stage {stage!r}: check takes a qdq or a quantize function")
@@ -45,7 +49,10 @@ def check(fn, fmt: str, scale_mode: str = "floor", rounding: str = "rne", stage:
                           scale_modes=(scale_mode,) if spec.is_mx else spec.scale_modes, roundings=(rounding,),
                           input_dtypes=tuple(dtypes), conventions={"global_scale": global_scale}, **kwargs)
     data = run_conformance([impl], formats=[spec.name], seed=seed, random_blocks=random_blocks,
-                           registry=dv.default_registry() if registry is None else registry)
+                           registry=dv.default_registry() if registry is None else registry, isolate=isolate,
+                           limits=limits)
+    if data.get("interrupted"):
+        raise KeyboardInterrupt(data["interrupted"])
     if data["failed"]:
         raise AssertionError(failure_message(data))
     return data
@@ -53,6 +60,9 @@ def check(fn, fmt: str, scale_mode: str = "floor", rounding: str = "rne", stage:
 
 def failure_message(data: dict) -> str:
     lines = ["conformance: unexplained divergence from the reference"]
+    for i in data["implementations"]:
+        if i.get("error"):
+            lines.append(f"  {i['name']}: FAIL: {i['error']}")
     for c in data["cells"]:
         for stage, s in c["stages"].items():
             if s.get("status") == "error":

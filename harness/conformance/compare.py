@@ -35,6 +35,34 @@ class StageError(Exception):
     """The implementation's output is malformed (wrong shape, dtype, ...)."""
 
 
+class InputMutated(StageError):
+    """The implementation changed a tensor it was handed (a finding of its own)."""
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.is_floating_point():
+        return a.view(_INT_VIEW.get(a.dtype, torch.uint8)) == b.view(_INT_VIEW.get(b.dtype, torch.uint8))
+    return a == b
+
+
+def guarded_call(fn, what: str, device, *tensors, **kwargs):
+    """fn(copy of each tensor on `device`, **kwargs). Each call gets its own
+    copies (on the CPU `x.to("cpu")` would hand over the caller's tensor
+    itself), and after the call each copy must still equal its original bit
+    for bit: an implementation that writes into its input would otherwise
+    corrupt what every later call and implementation is given."""
+    copies = [t.to(device, copy=True) for t in tensors]
+    out = fn(*copies, **kwargs)
+    for i, (orig, c) in enumerate(zip(tensors, copies)):
+        if tuple(c.shape) != tuple(orig.shape) or c.dtype != orig.dtype:
+            raise InputMutated(f"{what} changed its input #{i} in place (now {c.dtype} {tuple(c.shape)})")
+        changed = int((~_same_bits(c.detach().cpu(), orig.cpu())).sum())
+        if changed:
+            raise InputMutated(f"{what} changed its input #{i} in place: {changed} of {orig.numel()} elements differ "
+                               "after the call")
+    return out
+
+
 @dataclass(frozen=True)
 class Cell:
     fmt: str
@@ -60,9 +88,10 @@ def _as_bytes(t, what: str) -> torch.Tensor:
     return t.cpu()
 
 
-def impl_quantize(impl: Implementation, x: torch.Tensor, cell: Cell):
+def impl_quantize(impl: Implementation, x: torch.Tensor, cell: Cell, device="cpu"):
     spec = hf.get_format(cell.fmt)
-    out = impl.quantize(x, cell.fmt, cell.mode, cell.rounding, _impl_gs(impl, cell))
+    out = guarded_call(lambda xc: impl.quantize(xc, cell.fmt, cell.mode, cell.rounding, _impl_gs(impl, cell)),
+                       "quantize", device, x)
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise StageError("quantize must return (codes, scales)")
     codes, scales = _as_bytes(out[0], "codes"), _as_bytes(out[1], "scales")
@@ -75,12 +104,14 @@ def impl_quantize(impl: Implementation, x: torch.Tensor, cell: Cell):
 
 
 def impl_dequantize(impl, codes, scales, cell: Cell, dtype, device):
-    y = impl.dequantize(codes.to(device), scales.to(device), cell.fmt, _impl_gs(impl, cell), dtype)
+    y = guarded_call(lambda c, s: impl.dequantize(c, s, cell.fmt, _impl_gs(impl, cell), dtype), "dequantize", device,
+                     codes, scales)
     return _check_values(y, codes.shape, dtype, "dequantize")
 
 
-def impl_qdq(impl, x, cell: Cell):
-    y = impl.qdq(x, cell.fmt, cell.mode, cell.rounding, _impl_gs(impl, cell))
+def impl_qdq(impl, x, cell: Cell, device="cpu"):
+    y = guarded_call(lambda xc: impl.qdq(xc, cell.fmt, cell.mode, cell.rounding, _impl_gs(impl, cell)), "qdq",
+                     device, x)
     return _check_values(y, x.shape, x.dtype, "qdq")
 
 
@@ -135,7 +166,7 @@ def stage_arrays(impl, x: torch.Tensor, cell: Cell, stage: str, device, cache=No
     nb = x.numel() // B
     if stage in ("scales", "codes"):
         if "impl_q" not in cache:
-            cache["impl_q"] = impl_quantize(impl, x.to(device), cell)
+            cache["impl_q"] = impl_quantize(impl, x, cell, device)
         codes, scales = cache["impl_q"]
         if stage == "scales":
             a, b = _canonical_nan(spec, scales.reshape(nb, 1)), _canonical_nan(spec, ref.scales.reshape(nb, 1))
@@ -148,7 +179,7 @@ def stage_arrays(impl, x: torch.Tensor, cell: Cell, stage: str, device, cache=No
         y = impl_dequantize(impl, ref.codes, ref.scales, cell, dt, device)
         r = hf.dequantize(ref, dt)
     else:
-        y = impl_qdq(impl, x.to(device), cell)
+        y = impl_qdq(impl, x, cell, device)
         r = hf.dequantize(ref, x.dtype)
     a, b = y.reshape(nb, B), r.reshape(nb, B)
     return a, b, _values_equal(a, b), torch.ones_like(a, dtype=torch.bool)
@@ -239,6 +270,9 @@ def run_cell(impl: Implementation, cell: Cell, x: torch.Tensor, labels: list, de
             continue
         try:
             a, b, eq, cmp = stage_arrays(impl, x, cell, stage, device, cache)
+        except InputMutated as e:  # its own finding: the implementation wrote into what it was given
+            out["stages"][stage] = {"status": "error", "error": f"InputMutated: {e}", "input_mutated": True}
+            continue
         except Exception as e:  # a crash is a failure of the cell, reported with its message
             out["stages"][stage] = {"status": "error", "error": f"{type(e).__name__}: {e}"}
             continue

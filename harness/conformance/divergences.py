@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -21,6 +20,7 @@ from harness.conformance.protocol import STAGES
 from harness.formats.scales import e4m3_encode
 from harness.formats import minifloat
 from harness.conformance import exact
+from harness.util import safe_yaml
 
 REGISTRY_PATH = Path(__file__).with_name("divergences.yaml")
 _FIELDS = {"id", "implementation", "versions", "scale_kind", "stages", "modes", "dtypes", "match",
@@ -327,11 +327,19 @@ def _entry(raw, where: str) -> Divergence:
 
 
 def load_registry(path=None) -> tuple:
+    """The registry's entries; ValueError (one line naming the file and the
+    entry) for anything else, the file's size, encoding and YAML syntax included."""
     path = Path(path or REGISTRY_PATH)
-    data = yaml.safe_load(path.read_text())
+    data = safe_yaml.load(path, duplicates="error").data
     if not isinstance(data, list):
         raise ValueError(f"{path}: the registry must be a YAML list of entries")
-    entries = tuple(_entry(raw, f"{path}[{i}]") for i, raw in enumerate(data))
+    entries = []
+    for i, raw in enumerate(data):
+        try:
+            entries.append(_entry(raw, f"{path}[{i}]"))
+        except (TypeError, KeyError, AttributeError) as e:  # a field of the wrong type
+            raise ValueError(f"{path}[{i}]: an entry with fields of the documented types ({type(e).__name__}: {e})") from None
+    entries = tuple(entries)
     ids = [e.id for e in entries]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:

@@ -37,6 +37,16 @@ def markdown(data: dict, meta: dict) -> str:
     lines = ["# moe-harness conform", ""]
     status = "FAILED: unexplained divergences" if data["failed"] else "passed (every divergence explained)"
     lines += [f"**{status}** -- seed {data['seed']}, device {data['device']}, command `{meta.get('command', '')}`", ""]
+    if data.get("interrupted"):
+        lines += [f"**INTERRUPTED ({data['interrupted']})**: the implementations and cells below are those that "
+                  "finished before the signal.", ""]
+    failed_impls = [i for i in data["implementations"] if i.get("error")]
+    if failed_impls:
+        lines += ["## Failed implementations", ""]
+        for i in failed_impls:
+            tail = " ".join((i.get("output_tail") or "").split())[-300:]
+            lines.append(f"- `{i['name']}`: **FAIL**: {i['error']}" + (f"; last output: `{tail}`" if tail else ""))
+        lines.append("")
     if data["skipped"]:
         lines += ["## Skipped implementations", ""]
         lines += [f"- `{s['name']}`: {s['reason']}" for s in data["skipped"]]

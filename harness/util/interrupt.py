@@ -7,8 +7,12 @@ KeyboardInterrupt, so every `except KeyboardInterrupt` and every
 being handled is ignored: cleanup (killing jobs, writing reports) is short
 and must not be cut in half.
 
-`group_alive` / `kill_group` are the process-group half: a job runs in its
-own group, and stopping it means no live member of that group is left.
+`group_alive` / `kill_group` / `terminate_group` are the process-group
+half: a job runs in its own group, and stopping it means SIGTERM to the
+group, a grace period, then SIGKILL until no live member is left.
+`wait_or_stop` waits for a child started with `start_new_session=True` and,
+when the wait is interrupted (or the child outlives its time limit), stops
+its whole group that way before the exception goes on.
 """
 
 from __future__ import annotations
@@ -96,6 +100,37 @@ def group_alive(pgid: int) -> list[int]:
         if pgrp == pgid and state not in ("Z", "X"):
             alive.append(int(d.name))
     return alive
+
+
+GRACE_S = 10.0  # SIGTERM -> SIGKILL, as a Buildkite agent's cancel grace period
+
+
+def terminate_group(pgid: int, grace_s: float = GRACE_S) -> list[int]:
+    """SIGTERM to group `pgid`, up to `grace_s` for its members to exit, then
+    SIGKILL (kill_group); returns what is still alive after that."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return group_alive(pgid)
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end:
+        if not group_alive(pgid):
+            return []
+        time.sleep(0.02)
+    return kill_group(pgid)
+
+
+def wait_or_stop(proc, timeout_s: float | None = None, grace_s: float = GRACE_S) -> int:
+    """proc.wait(); on any exception while waiting (Interrupted, or the
+    timeout's subprocess.TimeoutExpired) the child's group is terminated
+    first, then the exception goes on. `proc` must lead its own group
+    (Popen(start_new_session=True))."""
+    try:
+        return proc.wait(timeout=timeout_s)
+    except BaseException:
+        terminate_group(proc.pid, grace_s)
+        proc.wait()
+        raise
 
 
 def kill_group(pgid: int, deadline_s: float = 60.0) -> list[int]:

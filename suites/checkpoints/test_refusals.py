@@ -60,7 +60,7 @@ def test_config_block_size_is_checked(tmp_path):
 def test_gate_and_up_global_scales_must_agree(tmp_path):
     name = f"{E0}.up_proj.weight_global_scale"
     f = _copy(tmp_path, "llmcompressor", "nvfp4", tensors=lambda t: t.update({name: t[name] * 2}))
-    _refused(f, "model.layers.0.mlp experts", "w1 and w3 global scales differ")
+    _refused(f, name, f"{E0}.gate_proj.weight_global_scale", "expert 0", "share one global scale")
 
 
 def test_quark_activation_scale_mode_must_be_the_schemes(tmp_path):

@@ -1,0 +1,86 @@
+"""Each implementation runs in its own child process with a time limit, gets
+its own copy of the inputs, and has its input checked unchanged after each
+call: an implementation that mutates its input, exits, crashes, hangs or
+floods its output gets its own FAIL with the reason, while the others keep
+their verdicts and the report is written."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[2]
+H = "suites.conformance.hostile:"
+BUGGY = "suites.conformance.planted:ties_away"
+
+
+def conform(tmp_path, *impls, extra=(), timeout=300):
+    """`moe-harness conform` in a fresh interpreter (an implementation may kill
+    its process); returns (rc, stdout, stderr, results.json or None)."""
+    args = [sys.executable, "-m", "harness.cli", "conform", "--formats", "mxfp4", "--random-blocks", "16",
+            "--reports", str(tmp_path / "reports"), *extra]
+    for i in impls:
+        args += ["--impl", i]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    res = tmp_path / "reports" / "latest" / "results.json"
+    return p.returncode, p.stdout, p.stderr, (json.loads(res.read_text()) if res.exists() else None)
+
+
+def _impl(data, name):
+    return next(i for i in data["implementations"] if i["name"] == name)
+
+
+def test_an_input_mutation_is_flagged_and_does_not_hide_the_next_bug(tmp_path):
+    rc, out, err, data = conform(tmp_path, H + "mutates_qdq", BUGGY, H + "correct")
+    assert rc == 1, (out, err)
+    assert _impl(data, "ties-away")["failed"], "the buggy implementation passed on inputs mutated before it"
+    m = _impl(data, "mutates-qdq")
+    assert m["failed"] and "changed its input" in json.dumps(data["cells"]), out
+    assert not _impl(data, "correct")["failed"]
+
+
+def test_sys_exit_0_is_a_fail_not_a_green_run(tmp_path):
+    rc, out, err, data = conform(tmp_path, H + "exits_0", BUGGY, H + "correct")
+    assert rc == 1, (out, err)
+    assert data is not None, "no report written"
+    e = _impl(data, "exits-0")
+    assert e["failed"] and "exit" in e.get("error", ""), e
+    assert _impl(data, "ties-away")["failed"] and not _impl(data, "correct")["failed"]
+
+
+HOSTILE = {  # implementation -> what its FAIL must say
+    "exits_7": "called sys.exit(7)",
+    "os_exit": "exited with status 3",
+    "segfault": "killed by signal SIGSEGV",
+    "hangs": "timed out: cell mxfp4 floor rne float32 ran longer than 4 s",
+    "chatty": "printed more than",
+    "factory_raises": "RuntimeError: this factory is broken",
+}
+NAMES = {"exits_7": "exits-7", "os_exit": "os-exit", "segfault": "segfault", "hangs": "hangs", "chatty": "chatty",
+         "factory_raises": "suites.conformance.hostile:factory_raises"}
+
+
+def test_hostile_implementations_each_fail_alone(tmp_path):
+    impls = [H + "correct", BUGGY] + [H + h for h in HOSTILE] + [H + "returns_nothing", H + "mutates_qdq"]
+    rc, out, err, data = conform(tmp_path, *impls, extra=["--cell-timeout", "4", "--impl-timeout", "60"])
+    assert rc == 1, (out, err)
+    assert not _impl(data, "correct")["failed"], out
+    ties = _impl(data, "ties-away")
+    assert ties["failed"] and "error" not in ties and ties["cells"] == 3, ties
+    for h, why in HOSTILE.items():
+        i = _impl(data, NAMES[h])
+        assert i["failed"] and why in i.get("error", ""), (h, i)
+        assert f"FAIL  {NAMES[h]}" in out and why in out
+    nothing = [c for c in data["cells"] if c["implementation"] == "returns-nothing"]
+    assert len(nothing) == 3 and all(c["stages"]["qdq"]["status"] == "error" for c in nothing)
+    assert len(out) < 100_000, "the chatty implementation's output reached the run's"
+    summary = (tmp_path / "reports" / "latest" / "summary.md").read_text()
+    assert "## Failed implementations" in summary and "killed by signal SIGSEGV" in summary
+
+
+def test_in_process_keeps_the_mutation_check(tmp_path):
+    rc, out, err, data = conform(tmp_path, H + "mutates_qdq", BUGGY, extra=["--in-process"])
+    assert rc == 1 and _impl(data, "ties-away")["failed"]
+    assert any(s.get("input_mutated") for c in data["cells"] for s in c["stages"].values())
