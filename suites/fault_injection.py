@@ -196,9 +196,50 @@ FAULTS += [
      "\nimport torch\n", "\nimport torch\n\nimport harness.commands.run  # noqa: F401\n",
      [AR + "test_floors_contract"]),
     ("modules in a circle: lmeval.config imports checkpoint_config", "harness/lmeval/config.py",
-     "\nfrom harness.lmeval import task_names\n",
-     "\nfrom harness.lmeval import task_names\nimport harness.lmeval.checkpoint_config  # noqa: F401\n",
+     "\nfrom harness.lmeval import task_data, task_names\n",
+     "\nfrom harness.lmeval import task_data, task_names\nimport harness.lmeval.checkpoint_config  # noqa: F401\n",
      [AR + "test_no_module_imports_itself_through_others"]),
+]
+
+
+# A user's first config (issue #27): vLLM configs run as vLLM means them or are
+# refused in one line; the dry-run plan is the run's gate list; thresholds
+# round outward; the plot survives an accuracy of 1.0.
+FC = "suites/lm_eval/test_first_config.py::"
+FAULTS += [
+    ("eval: plot error bars not clamped at accuracy 1.0", "harness/lmeval/report.py",
+     "return max(0.0, p - lo), max(0.0, hi - p)", "return p - lo, hi - p", [FC + "test_plot_survives_accuracy_one"]),
+    ("eval: a float model with no scheme runs bf16 against bf16", "harness/lmeval/config.py",
+     "    if model_dir is None or quantization_config(model_dir) is not None:\n        return FROM_CHECKPOINT",
+     "    if True:\n        return FROM_CHECKPOINT",
+     [FC + "test_every_vllm_config_on_a_float_model_without_scheme_is_refused"]),
+    ("eval: an unknown top-level key is ignored", "harness/lmeval/config.py",
+     'for key in sorted(set(data) - VLLM_KEYS - {"harness"}, key=str):',
+     'for key in sorted(set(data) - VLLM_KEYS - {"harness"} - set(data), key=str):',
+     [FC + "test_a_typo_in_a_top_level_key_is_an_error_with_the_nearest_key"]),
+    ("eval: a hub id without a local copy is skipped, exit 0", "harness/lmeval/config.py",
+     '"(--model-optional or harness.model_optional: true) to skip", optional)',
+     '"(--model-optional or harness.model_optional: true) to skip", True)',
+     [FC + "test_every_vllm_config_loads_and_absent_is_one_line_exit_2"]),
+    ("eval: --scheme keeps another scheme's thresholds", "harness/lmeval/config.py",
+     "if scheme is None or cfg.scheme is None or scheme == cfg.scheme or record_only:",
+     "if scheme is None or cfg.scheme is None or scheme == cfg.scheme or record_only or True:",
+     [FC + "test_scheme_override_against_another_schemes_thresholds_is_refused"]),
+    ("eval plan: a lower-is-better bound printed with >=", "harness/lmeval/gate_plan.py",
+     'return "<=" if lower_is_better(self.metric) else ">="', 'return ">="',
+     [FC + "test_the_nvfp4_plan_states_what_the_run_gates"]),
+    ("eval: the run's one-sided bound is not the plan's", "harness/lmeval/gates.py",
+     "bound = one_sided_bound(value, rtol, metric)", "bound = value * (1 - rtol)",
+     [FC + "test_plan_is_the_list_of_gates_the_run_evaluates"]),
+    ("eval plan: kl_oracle left out", "harness/lmeval/gate_plan.py",
+     'if cfg.kl.oracle and scheme != cfg.baseline_scheme and scheme != "bf16":', "if False:",
+     [FC + "test_the_nvfp4_plan_states_what_the_run_gates"]),
+    ("eval: a registry task without local data passes the dry run", "harness/lmeval/config.py",
+     "        if missing:\n            more =", "        if False:\n            more =",
+     [FC + "test_every_vllm_config_with_a_scheme_is_refused_for_missing_task_data"]),
+    ("thresholds: rendered values rounded to nearest, not outward", "harness/lmeval/expected.py",
+     "rounding=ROUND_CEILING if up else ROUND_FLOOR", 'rounding="ROUND_HALF_EVEN"',
+     [FC + "test_rendered_thresholds_round_outward_on_the_boundary"]),
 ]
 
 
