@@ -243,6 +243,71 @@ FAULTS += [
 ]
 
 
+# One command-line convention (issue #27): every subcommand takes --reports,
+# -q, -v and lists the exit codes; a run writes the three files, moves
+# `latest` and logs library noise; bad input is exit 2 with no folder.
+CV = "suites/test_cli_convention.py::"
+FAULTS += [
+    ("cli: a subcommand without the common options", "harness/cli.py",
+     "    for leaf in leaves:\n        convention.add_common(leaf)", "    for leaf in leaves[:0]:\n        convention.add_common(leaf)",
+     [CV + "test_every_subcommand_takes_the_common_options_and_lists_the_exit_codes"]),
+    ("convention: latest not moved", "harness/commands/convention.py",
+     "            self._own_summary()\n            self.rd.update_latest()", "            self._own_summary()",
+     [CV + "test_each_command_writes_the_three_files_moves_latest_and_logs_noise"]),
+    ("convention: bad input leaves a report folder", "harness/commands/convention.py",
+     "    if rc == 2 and not rep.rd._results:\n        rep.discard()", "    if False:\n        rep.discard()",
+     [CV + "test_bad_input_is_one_line_exit_2_and_no_report"]),
+    ("convention: library noise on the screen", "harness/commands/convention.py",
+     "noise.to_log(self.log_path, enabled=not self.verbose)", "noise.to_log(self.log_path, enabled=False)",
+     [CV + "test_library_noise_goes_to_third_party_log"]),
+    ("checkpoint check: a missing folder is a finding (exit 1)", "harness/commands/checkpoint.py",
+     '        return refuse("checkpoint check", f"{folder}: {why}")',
+     '        print(f"moe-harness checkpoint check: {folder}: {why}", file=sys.stderr)\n        return 1',
+     [CV + "test_bad_input_is_one_line_exit_2_and_no_report"]),
+]
+
+# conform's output (issue #27): the verdict and the minimal block on the
+# terminal and in the plugin's message, only matched registry entries,
+# heatmap colour = verdict.
+CO = "suites/conformance/test_conform_output.py::"
+FAULTS += [
+    ("conform: the terminal names the cell, not the verdict", "harness/commands/conform.py",
+     "else conf_report.plain(conf_report.finding_line(c, stage, f)))", 'else f"{impl.name} {cell.label()} {stage}")',
+     [CO + "test_terminal_names_the_verdict_and_the_minimal_block_of_each_failing_cell"]),
+    ("conform summary: every registry entry listed", "harness/conformance/report.py",
+     "              for e in matched] or", '              for e in data["registry"]] or',
+     [CO + "test_summary_lists_only_the_registry_entries_this_run_matched"]),
+    ("conform heatmap: an unexplained 99% cell drawn as explained", "harness/conformance/report.py",
+     "    if err or u:\n        return \"unexplained\"", "    if err:\n        return \"unexplained\"",
+     [CO + "test_heatmap_colour_is_the_verdict"]),
+    ("conform plugin: the message prints the arrays", "harness/conformance/check.py",
+     "else report.plain(report.finding_line(c, stage, f))))",
+     "else f\"{f.get('impl')} {f.get('reference')}\"))",
+     [CO + "test_plugin_message_is_the_verdict_and_the_minimal_block"]),
+    ("conform plugin: the collector's token warning left on", "harness/conformance/pytest_plugin.py",
+     "    config.pluginmanager.unregister(plugin)\n    del config._buildkite", "    return",
+     [CO + "test_downstream_pytest_ends_without_the_collector_token_warning"]),
+]
+
+
+# Long work is never silent and plots keep their thresholds in view (issue #27).
+FAULTS += [
+    ("eval progress: no line until a phase ends", "harness/lmeval/progress.py",
+     "        if done < total and self.last is not None and now - self.last < self.every:\n            return",
+     "        if done < total:\n            return",
+     [FC + "test_progress_meter_prints_rate_and_eta_every_few_seconds"]),
+    ("eval plot: the KL threshold above the bars cut off", "harness/lmeval/report.py",
+     "    top = max(positive) * 3 if positive else 1.0",
+     "    top = max(v for v in kls if v and v > 0) * 1.05 if positive else 1.0",
+     [FC + "test_both_panels_draw_their_threshold_inside_the_axes"]),
+    ("eval plot: the accuracy panel without its bound", "harness/lmeval/report.py",
+     "            if b is not None:\n                ax.plot(", "            if False:\n                ax.plot(",
+     [FC + "test_both_panels_draw_their_threshold_inside_the_axes"]),
+    ("checkpoint make: silent while the producer runs", "harness/commands/checkpoint.py",
+     "    beat.start()\n", "    pass\n", [CV + "test_checkpoint_make_is_not_silent_and_copies_to_out"]),
+]
+
+
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its
     file, or that names a test file or test function that does not exist."""

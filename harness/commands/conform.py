@@ -1,7 +1,9 @@
 """`moe-harness conform`: run implementations against the reference, stage by
 stage, over input families from the format table; write reports/<ts>-conform/
-{results.json, summary.md, heatmap.png}; exit 1 when a divergence is not
-explained by the registry (divergences.yaml), 2 on bad arguments."""
+{results.json, summary.md, junit.xml, heatmap.png}; print, per failing cell,
+who is right (the verdict) and the minimal block, as summary.md has them;
+exit 1 when a divergence is not explained by the registry (divergences.yaml),
+2 on bad arguments."""
 from __future__ import annotations
 
 import platform
@@ -11,13 +13,14 @@ import time
 import torch
 
 import harness.formats as hf
-from harness.util import report as hr
 
+from harness.commands.convention import report_dir
 from harness.conformance import divergences as dv
 from harness.conformance import report as conf_report
 from harness.conformance.registry import available_names
 from harness.conformance.runner import run_conformance
 
+PROGRESS_EVERY = 25   # cells between progress lines
 
 def add_arguments(parser):
     parser.add_argument("--impl", action="append", default=None, metavar="NAME",
@@ -28,8 +31,11 @@ def add_arguments(parser):
     parser.add_argument("--seed", type=int, default=0, help="seed of the random input families (recorded)")
     parser.add_argument("--random-blocks", type=int, default=256, help="random-family blocks per format and dtype")
     parser.add_argument("--registry", default=None, help="YAML registry of known divergences (default: the shipped one)")
-    parser.add_argument("--reports", default="reports", help="reports root folder")
     parser.add_argument("--list", action="store_true", help="list the implementations and exit")
+
+
+def prints_only(args) -> bool:
+    return bool(args.list)
 
 
 def _formats(arg):
@@ -57,12 +63,29 @@ def main(args) -> int:
         print("moe-harness conform: --device cuda but no CUDA device is available", file=sys.stderr)
         return 2
     names = args.impl or available_names()
+    quiet = getattr(args, "quiet", False)
+    rep = getattr(args, "report", None)
     t0 = time.perf_counter()
 
+    counts: dict = {}
+
     def progress(impl, cell, res):
-        bad = [s for s, r in res["stages"].items() if r.get("status") == "error" or r.get("unexplained_blocks")]
-        if bad:
-            print(f"FAIL  {impl.name:<16} {cell.label():<40} stages {', '.join(bad)}", flush=True)
+        bad = list(conf_report.unexplained({"cells": [res]}))
+        n, failed = counts.get(impl.name, (0, 0))
+        counts[impl.name] = (n + 1, failed + bool(bad))
+        for c, stage, f in bad:
+            line = (f"{impl.name} {cell.label()} {stage}: ERROR {f['error_stage']}" if "error_stage" in f
+                    else conf_report.plain(conf_report.finding_line(c, stage, f)))
+            print(f"FAIL  {line}", flush=True)
+        if not quiet and (n + 1) % PROGRESS_EVERY == 0:
+            print(f"      {impl.name}: {n + 1} cells, {failed + bool(bad)} failing, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+        if rep is not None:
+            rep.record({"name": f"{impl.name} {cell.label()}", "passed": not bad,
+                        "message": "\n".join(conf_report.plain(conf_report.finding_line(c, s, f))
+                                             for c, s, f in bad if "error_stage" not in f)
+                        or ("\n".join(f["error_stage"] for _, _, f in bad)),
+                        "details": {"match": _rates(res)}})
 
     try:
         data = run_conformance(names, formats=formats, device=device, seed=args.seed,
@@ -74,12 +97,18 @@ def main(args) -> int:
     meta = {"command": "moe-harness conform " + " ".join(sys.argv[2:]), "seed": args.seed, "device": str(device),
             "torch": torch.__version__, "python": platform.python_version(), "seconds": elapsed,
             "registry": args.registry or str(dv.REGISTRY_PATH)}
-    rd = hr.ReportDir.create("conform", root=args.reports)
-    conf_report.write(rd, data, meta)
-    rd.update_latest()
+    rd = report_dir(args, "conform")
+    if rep is not None:
+        rep.own_files = lambda rd: conf_report.write(rd, data, meta, rd._results)  # its results.json and summary.md
+    conf_report.write(rd, data, meta, rd._results)
     for s in data["skipped"]:
         print(f"SKIP  {s['name']}: {s['reason']}")
     for i in data["implementations"]:
         print(f"{'FAIL' if i['failed'] else 'PASS'}  {i['name']} {i['version']}: {i['cells']} cells, {i['seconds']} s")
     print(f"{'FAILED' if data['failed'] else 'passed'} in {elapsed} s -- report: {rd.path}/summary.md", flush=True)
     return 1 if data["failed"] else 0
+
+
+def _rates(res: dict) -> str:
+    return ", ".join(f"{stage} {100 * st['matched'] / st['compared']:.4g}%" for stage, st in res["stages"].items()
+                     if st.get("status") == "ok" and st.get("compared"))

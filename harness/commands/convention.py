@@ -38,18 +38,86 @@ def exit_codes_text(extra: tuple = ()) -> str:
     return "exit codes:\n" + "\n".join(f"  {code:<4} {what}" for code, what in rows)
 
 
-def add_common(parser: argparse.ArgumentParser, *, reports: bool = True, extra_codes: tuple = ()) -> None:
-    """--reports, -q/--quiet, -v/--verbose and the exit codes in --help."""
-    if reports:
+def add_common(parser: argparse.ArgumentParser, *, extra_codes: tuple = ()) -> None:
+    """--reports, -q/--quiet, -v/--verbose (each unless the command defines
+    it) and the exit codes in --help. Idempotent: cli.py applies it to every
+    leaf parser after the command's own add_arguments."""
+    have = parser._option_string_actions
+    if "--reports" not in have:
         parser.add_argument("--reports", default="reports", metavar="DIR",
                             help="reports root: DIR/<timestamp>-<kind>/ and DIR/latest (default: reports)")
-    loud = parser.add_mutually_exclusive_group()
-    loud.add_argument("-q", "--quiet", action="store_true", help="print only failures and the final line")
-    loud.add_argument("-v", "--verbose", action="store_true",
-                      help="also show third-party library output (otherwise in <report>/third_party.log)")
+    if "-q" not in have and "-v" not in have:
+        loud = parser.add_mutually_exclusive_group()
+        loud.add_argument("-q", "--quiet", action="store_true", help="print only failures and the final line")
+        loud.add_argument("-v", "--verbose", action="store_true",
+                          help="also show third-party library output (otherwise in <report>/third_party.log)")
+    elif "-q" not in have:
+        parser.add_argument("-q", "--quiet", action="store_true", help="print only failures and the final line")
+    elif "-v" not in have:
+        parser.add_argument("-v", "--verbose", action="store_true",
+                            help="also show third-party library output (otherwise in <report>/third_party.log)")
+    codes = tuple(getattr(parser, "_harness_extra_codes", ())) + tuple(extra_codes)
+    parser._harness_extra_codes = codes
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = ((parser.epilog + "\n\n") if parser.epilog else "") + exit_codes_text(extra_codes)
-    parser.set_defaults(_exit_codes=tuple(c for c, _ in sorted(EXIT_CODES + tuple(extra_codes))))
+    base = (parser.epilog or "").split("exit codes:")[0].rstrip()
+    parser.epilog = ((base + "\n\n") if base else "") + exit_codes_text(codes)
+    parser.set_defaults(_exit_codes=tuple(c for c, _ in sorted(EXIT_CODES + codes)))
+
+
+def leaf_parsers(parser: argparse.ArgumentParser, path=()):
+    """(command words, parser) of every leaf under `parser` (sub-subcommands included)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+        return
+    for action in subs:
+        for name, sub in action.choices.items():
+            yield from leaf_parsers(sub, path + (name,))
+
+
+def run_with_report(module, args, words) -> int:
+    """A command's main inside the convention: a report folder with
+    results.json, summary.md, junit.xml and third_party.log, signals caught,
+    `latest` moved. A command that manages its own report (OWN_REPORT), or
+    whose invocation only prints (`prints_only(args)`: a dry run, a list, a
+    plan), runs as it is. A command refusing its input (exit 2, nothing
+    recorded) leaves no report folder behind. A command with no recorded
+    check gets one, named after it, passed iff it exited 0."""
+    words = [words] if isinstance(words, str) else list(words)
+    own = getattr(module, "OWN_REPORT", False)
+    if (own(args) if callable(own) else own) or getattr(module, "prints_only", lambda a: False)(args):
+        return int(module.main(args) or 0)
+    title = "moe-harness " + " ".join(words)
+    rep = CommandReport(args, "-".join(words), title)
+    try:
+        rep.__enter__()
+    except hr.ReportRootError as e:
+        return refuse(" ".join(words), e)
+    args.report = rep
+    try:
+        rc = int(module.main(args) or 0)
+    except BaseException as e:  # KeyboardInterrupt (and Interrupted) included
+        if not rep.__exit__(type(e), e, e.__traceback__):
+            raise
+        return rep.exit_code
+    if rc == 2 and not rep.rd._results:
+        rep.discard()
+        return rc
+    if not rep.rd._results:
+        rep.record({"name": title, "passed": rc == 0, "message": "" if rc == 0 else f"exit status {rc}"})
+    elif rc != 0:
+        rep.fail()
+    rep.__exit__(None, None, None)
+    return rc
+
+
+def report_dir(args, kind: str) -> hr.ReportDir:
+    """The folder of this invocation's report: the one `moe-harness` made
+    (args.report), else (a module run directly) a new one under --reports."""
+    rep = getattr(args, "report", None)
+    if rep is not None:
+        return rep.rd
+    return hr.ReportDir.create(kind, root=getattr(args, "reports", "reports"))
 
 
 def refuse(command: str, message) -> int:
@@ -73,6 +141,7 @@ class CommandReport:
     def __init__(self, args, kind: str, title: str, meta: dict | None = None, summary=None):
         self.args, self.kind, self.title = args, kind, title
         self.summary = summary   # (results, meta) -> markdown: a command's own summary.md
+        self.own_files = None    # rd -> None: a command's own results.json / summary.md, written after ours
         self.quiet = bool(getattr(args, "quiet", False))
         self.verbose = bool(getattr(args, "verbose", False))
         self.meta = {"command": "moe-harness " + " ".join(sys.argv[1:]), "finished": False, **(meta or {})}
@@ -111,9 +180,18 @@ class CommandReport:
         if not result.get("passed") and not result.get("skipped"):
             self._failed = True
 
+    def discard(self) -> None:
+        """Bad input found after the folder was made: remove it, leave `latest`."""
+        import shutil
+
+        self._stack.close()
+        shutil.rmtree(self.rd.path, ignore_errors=True)
+
     def _own_summary(self) -> None:
         if self.summary is not None:
             self.rd.write_text("summary.md", self.summary(self.rd._results, self.meta))
+        if self.own_files is not None:
+            self.own_files(self.rd)
 
     def fail(self) -> None:
         """A finding not written as a recorded check (exit 1)."""
@@ -137,7 +215,7 @@ class CommandReport:
         if stop is not None:
             self.stopped = stop
             self.exit_code = interrupt.exit_code(stop)
-            print(f"moe-harness {self.kind}: interrupted by {interrupt.signal_name(stop)}; partial report: "
+            print(f"{self.title}: interrupted by {interrupt.signal_name(stop)}; partial report: "
                   f"{self.rd.path}/summary.md", file=sys.stderr, flush=True)
             return True
         if exc is None:

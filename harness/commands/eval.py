@@ -30,6 +30,11 @@ from harness.lmeval.config import (FROM_CHECKPOINT, VLLM_APPLIED, ConfigError, M
 from harness.lmeval.schemes import SCHEMES
 
 SKIPPED_REQUIRED = 3
+OWN_REPORT = True   # _run writes the report through CommandReport with eval's own summary
+
+
+def prints_only(args) -> bool:
+    return bool(args.dry_run)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -205,17 +210,22 @@ def _run(cfg, args, the_plan) -> int:
     if result.get("skipped"):
         print(result["message"])
         return SKIPPED_REQUIRED if os.environ.get("HARNESS_REQUIRE_CHECKPOINT") == "1" else 0
-    print(f"{'PASSED' if result['passed'] else 'FAILED'}: {result['message']}  (report: {rep.path}/summary.md)",
+    gated = [g for g in result["details"].get("gates", []) if not g.get("skipped")]
+    verdict = "PASSED" if result["passed"] else "FAILED"
+    message = result["message"] if gated or not result["passed"] else "every gate recorded, none gated"
+    print(f"{verdict if gated or not result['passed'] else 'RECORDED'}: {message}  (report: {rep.path}/summary.md)",
           flush=True)
     return rep.exit_code
 
 
 def _print_gates(result, rep) -> None:
-    """One line per gate, the verdict first (failures also under --quiet)."""
+    """One line per gate: the verdict, the gate as planned, the measurement
+    (failures also under --quiet; every number is in results.json)."""
+    from harness.lmeval.report import measured
+
     for g in result["details"]["gates"]:
-        status = "skip" if g.get("skipped") else ("PASS" if g["passed"] else "FAIL")
-        line = f"{status:4s} {g['gate']:9s} {g['name']}: " + ", ".join(
-            f"{k}={_short(v)}" for k, v in g["details"].items() if k not in ("rule", "plan", "certification"))
+        status = "rec " if g.get("skipped") else ("PASS" if g["passed"] else "FAIL")
+        line = f"{status} {g['details'].get('plan', g['name'])} -- measured {measured(g)}"
         if status == "FAIL" or not rep.quiet:
             print(line, flush=True)
 
@@ -225,5 +235,3 @@ def _why_line(g) -> str:
     return d.get("note") or d.get("plan") or g["name"]
 
 
-def _short(v):
-    return f"{v:.5g}" if isinstance(v, float) else v

@@ -20,6 +20,7 @@ from harness.lmeval.config import (FROM_CHECKPOINT, AccuracyConfig, ConfigError,
                                    check_scheme_override, load, quantization_config, resolve_model_dir, scheme_source)
 from harness.lmeval.checkpoint_config import resolve_or_result
 from harness.lmeval.kl import mean_token_kl
+from harness.lmeval.progress import Meter
 from harness.lmeval.schemes import SCHEMES
 from harness.lmeval.configs import config_paths, tiny_config_path
 from harness.lmeval.report import items_for, write_lm_eval_report
@@ -60,6 +61,14 @@ class Session:
 def _simple_evaluate(lm, cfg: AccuracyConfig, limit, session: Session, phase: str) -> dict:
     import lm_eval
 
+    lm.progress = Meter(phase, session.progress) if session.progress is not None else None
+    try:
+        return _lm_eval(lm_eval, lm, cfg, limit)
+    finally:
+        lm.progress = None
+
+
+def _lm_eval(lm_eval, lm, cfg: AccuracyConfig, limit) -> dict:
     out = lm_eval.simple_evaluate(
         model=lm, tasks=cfg.task_names, num_fewshot=cfg.num_fewshot, limit=limit,
         task_manager=tasks.task_manager(cfg.include_paths, include_defaults=tasks.needs_registry(cfg.task_names)),

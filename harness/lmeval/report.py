@@ -66,8 +66,8 @@ def summary_markdown(title: str, results: list[dict], meta: dict | None = None, 
         ratios = {k: v for k, v in (d.get("gate_ratios") or {}).items() if v is not None}
         closest = max(ratios.items(), key=lambda kv: kv[1]) if ratios else None
         close = f"{closest[1]:.3g} ({closest[0]})" if closest else ""
-        lines.append(f"| {r['name']} | {d.get('scheme', '')} | {status} | {mets or r.get('message', '')} | {paired} "
-                     f"| {kls[0]} | {kls[1]} | {close} |")
+        lines.append(f"| {_c(r['name'])} | {d.get('scheme', '')} | {status} | {_c(mets or r.get('message', ''))} "
+                     f"| {paired} | {kls[0]} | {kls[1]} | {_c(close)} |")
     lines.append("")
     for r in results:
         if not r.get("passed") or r.get("skipped"):
@@ -80,7 +80,7 @@ def summary_markdown(title: str, results: list[dict], meta: dict | None = None, 
                       "| verdict | gate (planned) | measured |", "|---|---|---|"]
             for g in r["details"]["gates"]:
                 verdict = "recorded" if g.get("skipped") else ("pass" if g["passed"] else "**FAIL**")
-                lines.append(f"| {verdict} | {g['details'].get('plan', g['name'])} | {_measured(g)} |")
+                lines.append(f"| {verdict} | {_c(g['details'].get('plan', g['name']))} | {_c(measured(g))} |")
     if plan and not any(r.get("details", {}).get("gates") for r in results):
         lines += ["", "Gates (as `eval --dry-run` plans them):", ""] + [f"- {p}" for p in plan]
     seeds = sorted({(r.get('details', {}).get('seed')) for r in results if r.get('details', {}).get('seed') is not None})
@@ -90,7 +90,13 @@ def summary_markdown(title: str, results: list[dict], meta: dict | None = None, 
     return "\n".join(lines)
 
 
-def _measured(g: dict) -> str:
+def _c(text) -> str:
+    """A markdown table cell: a `|` (KL(a || b)) would end the cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def measured(g: dict) -> str:
+    """A gate's measurement in a few words (the summary's and the terminal's)."""
     d = g["details"]
     if g["gate"] == "one_sided":
         return _f(d.get("measured"))
@@ -129,6 +135,16 @@ def _bound(r: dict, key: str):
 
 
 def plot(path: Path, results: list[dict]) -> Path | None:
+    """accuracy_kl.png of `figure(results)` (None: nothing to plot, or no matplotlib)."""
+    fig = figure(results)
+    if fig is None:
+        return None
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def figure(results: list[dict]):
     """Accuracy (95% Wilson intervals, the one-sided bound of each metric as
     a black tick) and KL per scheme (its threshold as a black tick); a bar
     is red when its gate failed. Every threshold lies inside the axes."""
@@ -171,15 +187,18 @@ def plot(path: Path, results: list[dict]) -> Path | None:
             if b is not None:
                 ax.plot([x - width / 2, x + width / 2], [b, b], color="black", linewidth=1.5)
                 lowest = min(lowest, b)
+    pad = 0.6 + max(0, 3 - len(rows)) * 0.5   # a lone scheme is a bar, not a wall
+    ax.set_xlim(-pad, len(rows) - 1 + pad)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
     ax.set_ylim(max(0.0, lowest - 0.08), 1.02)
     ax.set_ylabel("accuracy (bars: 95% Wilson interval)")
-    ax.set_title("accuracy per scheme (black tick: one-sided bound)", fontsize=10)
+    ax.set_title("accuracy per scheme (black tick: one-sided bound)", fontsize=10, pad=22)
     handles, names = ax.get_legend_handles_labels()
     handles.append(Line2D([], [], color="black", linewidth=1.5))
     names.append("bound (value x (1 - rtol))")
-    ax.legend(handles, names, fontsize=7, loc="lower left")
+    # above the axes: below them the rotated scheme names need the room
+    ax.legend(handles, names, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
     ax.grid(axis="y", alpha=0.3)
 
     ax2 = fig.add_subplot(1, 2, 2)
@@ -201,15 +220,14 @@ def plot(path: Path, results: list[dict]) -> Path | None:
             ax2.plot([i - 0.4, i + 0.4], [t, t], color="black", linewidth=1.5)
     ax2.set_yscale("log")
     ax2.set_ylim(floor, top)
+    ax2.set_xlim(-pad, len(rows) - 1 + pad)
     ax2.set_xticks(range(len(labels)))
     ax2.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
     ax2.set_ylabel("mean per-token KL vs baseline (nats)")
-    ax2.set_title("KL per scheme (black tick: threshold; red: gate failed)", fontsize=10)
+    ax2.set_title("KL per scheme (black tick: threshold; red: gate failed)", fontsize=10, pad=22)
     ax2.grid(axis="y", alpha=0.3)
-    buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png")
-    return atomic_write_bytes(path, buf.getvalue())
+    return fig
 
 
 def write_lm_eval_report(report_dir, results: list[dict], title: str = "lm-eval") -> Path:

@@ -360,3 +360,40 @@ def test_vllm_mixtral_config_runs_gsm8k_from_an_include_path(tmp_path, empty_hf_
     assert flex["n"] == 12 and flex["scheme"] > 0.3 and flex["baseline"] > 0.3   # the tiny model adds
     assert res["details"]["metrics"]["gsm8k:exact_match,strict-match"]["scheme"] == 0.0  # no '####' in its answers
     assert "FAIL one_sided gsm8k:exact_match,strict-match" in r.stdout and r.returncode == 1
+
+
+# ---- finding 8: long work was silent; the plots cut their thresholds off
+
+def test_progress_meter_prints_rate_and_eta_every_few_seconds():
+    from harness.lmeval.progress import Meter
+
+    now = [0.0]
+    lines = []
+    m = Meter("lm_eval/x: nvfp4", lines.append, every=2.0, clock=lambda: now[0])
+    for done in range(0, 101, 10):     # a batch of 10 requests per second
+        now[0] = done / 10
+        m.update("loglikelihood", done, 100)
+    assert lines[0] == "      lm_eval/x: nvfp4: loglikelihood 20/100 requests, 10.0/s, ETA 8 s"
+    assert len(lines) == 5 and lines[-1].endswith("100/100 requests, 10.0/s, done in 10.0 s")
+
+
+def _kl_result(kl, threshold, acc, bound):
+    return {"name": "lm_eval/x", "passed": True, "details": {
+        "scheme": "nvfp4", "limit": 100,
+        "metrics": {"t:acc,none": {"scheme": acc, "baseline": 0.99, "expected": 0.9, "n": 100}},
+        "gates": [{"gate": "one_sided", "name": "t:acc,none", "passed": acc >= bound, "details": {"bound": bound}},
+                  {"gate": "kl", "name": "t:kl", "passed": kl <= threshold,
+                   "details": {"mean_kl": kl, "threshold": threshold}}]}}
+
+
+@pytest.mark.parametrize("kl,threshold", [(0.0342, 0.0377), (0.0015, 0.5), (0.09, 0.0377)])
+def test_both_panels_draw_their_threshold_inside_the_axes(kl, threshold):
+    fig = report.figure([_kl_result(kl, threshold, 0.97, 0.929)])
+    acc_ax, kl_ax = fig.axes
+    lo, hi = kl_ax.get_ylim()
+    assert lo < threshold < hi and lo < kl < hi
+    ticks = [ln for ln in kl_ax.get_lines() if list(ln.get_ydata()) == [threshold, threshold]]
+    assert ticks, "the KL threshold is drawn"
+    lo, hi = acc_ax.get_ylim()
+    bounds = [ln for ln in acc_ax.get_lines() if list(ln.get_ydata()) == [0.929, 0.929]]
+    assert bounds and lo < 0.929 < hi, "the accuracy panel draws the one-sided bound"
