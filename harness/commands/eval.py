@@ -143,8 +143,14 @@ def main(args) -> int:
             devices.check_available(cfg.device)
         except devices.DeviceError as e:
             return refuse("eval", f"{cfg.path}: harness.device: {e}")
+    from harness.lmeval.evaluate import resolve_scheme
     from harness.util.report import ReportRootError, check_root
 
+    if the_plan["model_dir"]:
+        try:  # the checkpoint's own scheme (harness.checkpoints reads it): refused before any report or load
+            resolve_scheme(cfg, args.scheme, the_plan["model_dir"], args.record_only)
+        except ConfigError as e:
+            return refuse("eval", f"invalid config: {e}")
     try:
         check_root(args.reports, "--reports")
     except ReportRootError as e:

@@ -397,3 +397,26 @@ def test_both_panels_draw_their_threshold_inside_the_axes(kl, threshold):
     lo, hi = acc_ax.get_ylim()
     bounds = [ln for ln in acc_ax.get_lines() if list(ln.get_ydata()) == [0.929, 0.929]]
     assert bounds and lo < 0.929 < hi, "the accuracy panel draws the one-sided bound"
+
+
+def test_a_modelopt_export_as_the_model_is_refused_in_one_line(tmp_path, capsys):
+    """nvidia/*-NVFP4 (DeepSeek-R1, Qwen3-30B-A3B) are ModelOpt exports: the scheme is read
+    from the folder, and the folder is refused as the model (no float weights
+    to build the rest of the model from) before anything loads or a report is made."""
+    from safetensors.torch import save_file
+    import torch
+
+    folder = tmp_path / "DeepSeek-R1-NVFP4"
+    folder.mkdir()
+    group = {"num_bits": 4, "type": "float", "group_size": 16, "dynamic": False}
+    (folder / "config.json").write_text(json.dumps({"model_type": "deepseek_v3", "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4",
+        "config_groups": {"group_0": {"weights": group, "input_activations": group, "targets": ["Linear"]}}}}))
+    save_file({"x": torch.zeros(1)}, str(folder / "model.safetensors"))
+    path = write(tmp_path, VLLM_CONFIGS["DeepSeek-R1-NVFP4"] | {"tasks": [
+        {"name": "tiny_add_mc", "metrics": [{"name": "acc", "value": 0.9}]}]})
+    rc, out = run_cli("eval", "--config", str(path), "--model", str(folder), "--reports", str(tmp_path / "r"),
+                      capsys=capsys)
+    assert rc == 2 and not (tmp_path / "r").exists()
+    line = one_line(out.err)
+    assert "is a modelopt checkpoint" in line and "harness.checkpoint" in line
