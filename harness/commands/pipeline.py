@@ -171,5 +171,5 @@ def run(args) -> int:
         return 0
     hint = f"moe-harness pipeline run {args.file} --target {args.target}"
     opts = Options(root=root, jobs=args.jobs, minute=args.minute_seconds, grace=args.grace_seconds,
-                   verbose=args.verbose, reports_root=root / getattr(args, "reports", "reports"))  # relative: in --root
+                   verbose=args.verbose, quiet=getattr(args, "quiet", False), reports_root=root / getattr(args, "reports", "reports"))  # relative: in --root
     return Runner(plan, opts, hint).run()
