@@ -199,8 +199,8 @@ FAULTS += [
      "\nimport torch\n", "\nimport torch\n\nimport harness.commands.run  # noqa: F401\n",
      [AR + "test_floors_contract"]),
     ("modules in a circle: lmeval.config imports checkpoint_config", "harness/lmeval/config.py",
-     "\nfrom harness.lmeval import task_names\n",
-     "\nfrom harness.lmeval import task_names\nimport harness.lmeval.checkpoint_config  # noqa: F401\n",
+     "\nfrom harness.lmeval import task_data, task_names\n",
+     "\nfrom harness.lmeval import task_data, task_names\nimport harness.lmeval.checkpoint_config  # noqa: F401\n",
      [AR + "test_no_module_imports_itself_through_others"]),
 ]
 
@@ -345,6 +345,112 @@ FAULTS += [
      "    except AssertionError as e:\n        raise CheckFailed(f\"expert weights past 2^31 bytes",
      "    except NotImplementedError as e:\n        raise CheckFailed(f\"expert weights past 2^31 bytes", [MT]),
 ]
+
+# A user's first config (issue #27): vLLM configs run as vLLM means them or are
+# refused in one line; the dry-run plan is the run's gate list; thresholds
+# round outward; the plot survives an accuracy of 1.0.
+FC = "suites/lm_eval/test_first_config.py::"
+FAULTS += [
+    ("eval: plot error bars not clamped at accuracy 1.0", "harness/lmeval/report.py",
+     "return max(0.0, p - lo), max(0.0, hi - p)", "return p - lo, hi - p", [FC + "test_plot_survives_accuracy_one"]),
+    ("eval: a float model with no scheme runs bf16 against bf16", "harness/lmeval/config.py",
+     "    if model_dir is None or quantization_config(model_dir) is not None:\n        return FROM_CHECKPOINT",
+     "    if True:\n        return FROM_CHECKPOINT",
+     [FC + "test_every_vllm_config_on_a_float_model_without_scheme_is_refused"]),
+    ("eval: an unknown top-level key is ignored", "harness/lmeval/config.py",
+     'for key in sorted(set(data) - VLLM_KEYS - {"harness"}, key=str):',
+     'for key in sorted(set(data) - VLLM_KEYS - {"harness"} - set(data), key=str):',
+     [FC + "test_a_typo_in_a_top_level_key_is_an_error_with_the_nearest_key"]),
+    ("eval: a hub id without a local copy is skipped, exit 0", "harness/lmeval/config.py",
+     '"(--model-optional or harness.model_optional: true) to skip", optional)',
+     '"(--model-optional or harness.model_optional: true) to skip", True)',
+     [FC + "test_every_vllm_config_loads_and_absent_is_one_line_exit_2"]),
+    ("eval: --scheme keeps another scheme's thresholds", "harness/lmeval/config.py",
+     "if scheme is None or cfg.scheme is None or scheme == cfg.scheme or record_only:",
+     "if scheme is None or cfg.scheme is None or scheme == cfg.scheme or record_only or True:",
+     [FC + "test_scheme_override_against_another_schemes_thresholds_is_refused"]),
+    ("eval plan: a lower-is-better bound printed with >=", "harness/lmeval/gate_plan.py",
+     'return "<=" if lower_is_better(self.metric) else ">="', 'return ">="',
+     [FC + "test_the_nvfp4_plan_states_what_the_run_gates"]),
+    ("eval: the run's one-sided bound is not the plan's", "harness/lmeval/gates.py",
+     "bound = one_sided_bound(value, rtol, metric)", "bound = value * (1 - rtol)",
+     [FC + "test_plan_is_the_list_of_gates_the_run_evaluates"]),
+    ("eval plan: kl_oracle left out", "harness/lmeval/gate_plan.py",
+     'if cfg.kl.oracle and scheme != cfg.baseline_scheme and scheme != "bf16":', "if False:",
+     [FC + "test_the_nvfp4_plan_states_what_the_run_gates"]),
+    ("eval: a registry task without local data passes the dry run", "harness/lmeval/config.py",
+     "        if missing:\n            more =", "        if False:\n            more =",
+     [FC + "test_every_vllm_config_with_a_scheme_is_refused_for_missing_task_data"]),
+    ("thresholds: rendered values rounded to nearest, not outward", "harness/lmeval/expected.py",
+     "rounding=ROUND_CEILING if up else ROUND_FLOOR", 'rounding="ROUND_HALF_EVEN"',
+     [FC + "test_rendered_thresholds_round_outward_on_the_boundary"]),
+]
+
+
+# One command-line convention (issue #27): every subcommand takes --reports,
+# -q, -v and lists the exit codes; a run writes the three files, moves
+# `latest` and logs library noise; bad input is exit 2 with no folder.
+CV = "suites/test_cli_convention.py::"
+FAULTS += [
+    ("cli: a subcommand without the common options", "harness/cli.py",
+     "    for leaf in leaves:\n        convention.add_common(leaf)", "    for leaf in leaves[:0]:\n        convention.add_common(leaf)",
+     [CV + "test_every_subcommand_takes_the_common_options_and_lists_the_exit_codes"]),
+    ("convention: latest not moved", "harness/commands/convention.py",
+     "            self._own_summary()\n            self.rd.update_latest()", "            self._own_summary()",
+     [CV + "test_each_command_writes_the_three_files_moves_latest_and_logs_noise"]),
+    ("convention: bad input leaves a report folder", "harness/commands/convention.py",
+     "    if rc == 2 and not rep.rd._results:\n        rep.discard()", "    if False:\n        rep.discard()",
+     [CV + "test_bad_input_is_one_line_exit_2_and_no_report"]),
+    ("convention: library noise on the screen", "harness/commands/convention.py",
+     "noise.to_log(self.log_path, enabled=not self.verbose)", "noise.to_log(self.log_path, enabled=False)",
+     [CV + "test_library_noise_goes_to_third_party_log"]),
+    ("checkpoint check: a missing folder is a finding (exit 1)", "harness/commands/checkpoint.py",
+     '        return refuse("checkpoint check", f"{folder}: {why}")',
+     '        print(f"moe-harness checkpoint check: {folder}: {why}", file=sys.stderr)\n        return 1',
+     [CV + "test_bad_input_is_one_line_exit_2_and_no_report"]),
+]
+
+# conform's output (issue #27): the verdict and the minimal block on the
+# terminal and in the plugin's message, only matched registry entries,
+# heatmap colour = verdict.
+CO = "suites/conformance/test_conform_output.py::"
+FAULTS += [
+    ("conform: the terminal names the cell, not the verdict", "harness/commands/conform.py",
+     "else conf_report.plain(conf_report.finding_line(c, stage, f)))", 'else f"{impl.name} {cell.label()} {stage}")',
+     [CO + "test_terminal_names_the_verdict_and_the_minimal_block_of_each_failing_cell"]),
+    ("conform summary: every registry entry listed", "harness/conformance/report.py",
+     "              for e in matched] or", '              for e in data["registry"]] or',
+     [CO + "test_summary_lists_only_the_registry_entries_this_run_matched"]),
+    ("conform heatmap: an unexplained 99% cell drawn as explained", "harness/conformance/report.py",
+     "    if err or u:\n        return \"unexplained\"", "    if err:\n        return \"unexplained\"",
+     [CO + "test_heatmap_colour_is_the_verdict"]),
+    ("conform plugin: the message prints the arrays", "harness/conformance/check.py",
+     "else report.plain(report.finding_line(c, stage, f))))",
+     "else f\"{f.get('impl')} {f.get('reference')}\"))",
+     [CO + "test_plugin_message_is_the_verdict_and_the_minimal_block"]),
+    ("conform plugin: the collector's token warning left on", "harness/conformance/pytest_plugin.py",
+     "    config.pluginmanager.unregister(plugin)\n    del config._buildkite", "    return",
+     [CO + "test_downstream_pytest_ends_without_the_collector_token_warning"]),
+]
+
+
+# Long work is never silent and plots keep their thresholds in view (issue #27).
+FAULTS += [
+    ("eval progress: no line until a phase ends", "harness/lmeval/progress.py",
+     "        if done < total and self.last is not None and now - self.last < self.every:\n            return",
+     "        if done < total:\n            return",
+     [FC + "test_progress_meter_prints_rate_and_eta_every_few_seconds"]),
+    ("eval plot: the KL threshold above the bars cut off", "harness/lmeval/report.py",
+     "    top = max(positive) * 3 if positive else 1.0",
+     "    top = max(v for v in kls if v and v > 0) * 1.05 if positive else 1.0",
+     [FC + "test_both_panels_draw_their_threshold_inside_the_axes"]),
+    ("eval plot: the accuracy panel without its bound", "harness/lmeval/report.py",
+     "            if b is not None:\n                ax.plot(", "            if False:\n                ax.plot(",
+     [FC + "test_both_panels_draw_their_threshold_inside_the_axes"]),
+    ("checkpoint make: silent while the producer runs", "harness/commands/checkpoint.py",
+     "    beat.start()\n", "    pass\n", [CV + "test_checkpoint_make_is_not_silent_and_copies_to_out"]),
+]
+
 
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its

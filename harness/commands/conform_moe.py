@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from harness.util import report as hr
+from harness.commands.convention import report_dir
 
 from harness.conformance.moe import report as moe_report
 from harness.conformance.moe.checks import CHECK_NAMES
@@ -71,7 +71,6 @@ def main(args) -> int:
 
     t0 = time.perf_counter()
     try:
-        hr.check_root(args.reports)
         data = run_moe_conformance(names, device=device, seed=args.seed, schemes=_split(args.moe_schemes),
                                    checks=_split(args.moe_checks), full=args.moe_full, progress=progress)
     except (ValueError, TypeError) as e:  # unknown implementation, scheme or check; bad module:object
@@ -81,9 +80,11 @@ def main(args) -> int:
     meta = {"command": "moe-harness conform " + " ".join(sys.argv[2:]), "seed": args.seed, "device": str(device),
             "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
             "seconds": elapsed}
-    rd = hr.ReportDir.create("conform-moe", root=args.reports)
+    rd = report_dir(args, "conform-moe")
+    rep = getattr(args, "report", None)
+    if rep is not None:  # the command's report folder: its results.json and summary.md are the MoE report
+        rep.own_files = lambda rd: moe_report.write(rd, data, meta)
     moe_report.write(rd, data, meta)
-    rd.update_latest()
     for s in data["skipped"]:
         print(f"SKIP  {s['name']}: {s['reason']}")
     table = moe_report.verdict_table(data)

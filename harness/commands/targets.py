@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from harness.aot.compile import COVERAGES, TARGETS, default_cache_dir, failed, run, table
-from harness.util.report import ReportDir, atomic_write_json
+from harness.commands.convention import report_dir
+from harness.util.report import atomic_write_json
 
 def _csv(s):
     return [x.strip() for x in s.split(",") if x.strip()]
@@ -28,8 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the JSON document here")
     parser.add_argument("--cache-dir", default=None, help=f"result cache (default: {default_cache_dir()})")
     parser.add_argument("--no-cache", action="store_true", help="recompile everything and store nothing")
-    parser.add_argument("--no-report", action="store_true", help="write no reports/<timestamp>-targets folder")
-    parser.add_argument("--report-root", default="reports")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every row, not only failures")
 
 
@@ -50,7 +49,7 @@ def main(args) -> int:
         return 2
 
     def progress(n, total):
-        if n == total or n % 50 == 0:
+        if (n == total or n % 50 == 0) and not getattr(args, "quiet", False):
             print(f"compiled {n}/{total}", file=sys.stderr, flush=True)
 
     try:
@@ -62,11 +61,17 @@ def main(args) -> int:
     print(table(doc, args.verbose))
     if args.json:
         atomic_write_json(args.json, doc)
-    if not args.no_report:
-        rd = ReportDir.create("targets", root=args.report_root)
-        rd.write_json("targets.json", doc)
-        print(f"report: {rd.path / 'targets.json'}")
+    rd = report_dir(args, "targets")
+    rd.write_json("targets.json", doc)
     bad = failed(doc)
+    rep = getattr(args, "report", None)
+    if rep is not None:
+        for r in bad:
+            rep.record({"name": f"{r.get('target')} {r.get('kernel')} {r.get('config', '')}".strip(), "passed": False,
+                        "message": str(r.get("status")), "details": r})
+        rep.record({"name": "targets: every launch compiled", "passed": not bad,
+                    "details": {"rows": len(doc.get("results", [])), "failed": len(bad)}})
+    print(f"report: {rd.path / 'targets.json'}")
     if bad:
         print(f"FAILED: {sum(r['status'] == 'fail' for r in bad)} failed, "
               f"{sum(r['status'] == 'overflow' for r in bad)} over the shared-memory limit", file=sys.stderr)

@@ -18,6 +18,7 @@ MoEImplementation; `format_strategies` is harness.strategies.
 from __future__ import annotations
 
 import functools
+import os
 import types
 
 import pytest
@@ -45,3 +46,17 @@ def format_strategies():
     import harness.strategies
 
     return harness.strategies
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config):
+    """buildkite-test-collector (a dependency of the pipelines extra, so present
+    in projects that install this plugin) uploads on unconfigure and, without
+    BUILDKITE_ANALYTICS_TOKEN, ends every downstream pytest run with a warning
+    about the missing token. With no token and no JSON output asked for there
+    is nothing to upload: its collector is dropped before it runs."""
+    plugin = getattr(config, "_buildkite", None)
+    if plugin is None or os.environ.get("BUILDKITE_ANALYTICS_TOKEN") or getattr(config.option, "jsonpath", None):
+        return
+    config.pluginmanager.unregister(plugin)
+    del config._buildkite

@@ -79,10 +79,11 @@ def test_unreadable_and_invalid_yaml(tmp_path):
         C.load(bad)
 
 
-def test_unknown_top_level_key_is_a_warning_not_silent(tmp_path):
+def test_unknown_top_level_key_is_an_error_not_silent(tmp_path):
     data = dict(BASE, some_future_vllm_key=1)
-    cfg = C.parse(data, tmp_path / "x.yaml")
-    assert any("some_future_vllm_key" in w for w in cfg.warnings)
+    with pytest.raises(C.ConfigError) as e:
+        C.parse(data, tmp_path / "x.yaml")
+    assert e.value.field == "some_future_vllm_key" and "unknown top-level key" in str(e.value)
 
 
 def test_metric_without_filter_gets_none_filter():

@@ -49,7 +49,7 @@ def test_eval_exit_codes(tmp_path):
     runs = {}
     for name, path in (("good", good), ("bad", bad)):
         runs[name] = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "--config", str(path), "--quiet",
-                                     "--report-root", str(tmp_path / "reports")],
+                                     "--reports", str(tmp_path / "reports")],
                                     capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
     assert runs["good"].returncode == 0, runs["good"].stdout[-3000:]
     assert runs["bad"].returncode == 1 and "FAIL kl" in runs["bad"].stdout

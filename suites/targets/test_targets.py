@@ -164,7 +164,7 @@ def test_launches_with_integer_arguments_compile_in_both_specialisations():
 
 def _cli(tmp_path, *args):
     out = tmp_path / "targets.json"
-    rc = cli.main(["targets", "--no-report", "--no-cache", "--jobs", "1", "--json", str(out), *args])
+    rc = cli.main(["targets", "--reports", str(tmp_path / "reports"), "--no-cache", "--jobs", "1", "--json", str(out), *args])
     return rc, json.loads(out.read_text())
 
 
@@ -295,7 +295,7 @@ def test_parallel_jobs_give_the_same_rows(tmp_path):
     (["--kernels", "nope*"], "--kernels nope* matches no kernel"),
     (["--kernels", "qdq_kernel", "--configs", "nope"], "--configs nope matches no launch configuration"),
 ])
-def test_bad_arguments_are_one_line_errors(args, message, capsys):
-    assert cli.main(["targets", "--no-report", "--no-cache", *args]) == 2
+def test_bad_arguments_are_one_line_errors(args, message, capsys, tmp_path):
+    assert cli.main(["targets", "--reports", str(tmp_path), "--no-cache", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err

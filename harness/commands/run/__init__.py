@@ -43,6 +43,9 @@ from harness.util import noise
 from harness.util import report
 from harness.commands.run import formats as format_checks
 from harness.util import devices
+from harness.commands.convention import add_common
+
+OWN_REPORT = True   # the report, third-party log and signals are handled here (they predate the convention)
 
 SECTIONS = ("formats", "kernels", "moe", "lmeval")
 # pyproject extra a section's third-party imports come from (the others need only the core dependencies)
@@ -54,11 +57,7 @@ def add_arguments(parser):
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
     parser.add_argument("--skip", action="append", choices=SECTIONS, default=[], help="skip these sections")
-    parser.add_argument("--reports", default="reports", help="reports root folder")
-    loud = parser.add_mutually_exclusive_group()
-    loud.add_argument("-q", "--quiet", action="store_true", help="print only failed checks and the final summary")
-    loud.add_argument("-v", "--verbose", action="store_true",
-                      help="also show third-party library output (otherwise in <report>/third_party.log)")
+    add_common(parser)  # --reports, -q/-v, exit codes (harness/commands/convention.py)
 
 
 def _formats_section(ctx, emit):
