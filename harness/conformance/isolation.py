@@ -198,16 +198,19 @@ def run_isolated(impl, jobs, device, registry, seed, limits: Limits | None = Non
                         current = None
                     elif kind == "done":
                         finished = True
-                        status = _reap(pid, limits.grace_s)
+                        if status is None:
+                            status = _reap(pid, limits.grace_s)
                         break
                     elif kind == "exit":
                         out.error = value + (f" (in cell {current})" if current else "")
                         break
                     else:  # the pipe closed: the process is gone
                         break
-                done, st = os.waitpid(pid, os.WNOHANG)
-                if done and not recv.poll(0):
-                    status = st
+                if status is None:  # reap once; then drain what it sent before it exited
+                    done, st = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        status = st
+                if status is not None and not recv.poll(0):
                     break
         except KeyboardInterrupt as e:
             out.interrupted = e
