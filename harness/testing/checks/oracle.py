@@ -20,7 +20,7 @@ def layer_route(problem, t):
     return routing.route_arch(t.router_logits, problem.arch, t.e_score_correction_bias)
 
 
-def check_routing(problem, t=None, trace=None):
+def check_routing(problem, t=None, trace=None, scale=None):
     """The layer's routing (harness.moe.routing.route_arch, float32) selects the
     same experts as the float64 reference (exact keys; ties -> lowest index,
     groups likewise) and its weights agree to (2E + 2k + 18) u relative."""
@@ -42,7 +42,7 @@ def check_routing(problem, t=None, trace=None):
                            f"ref {ids_ref[r].tolist()}" for r in rows)
         raise AssertionError(f"routing differs from the reference (top-k of the keys, equal keys -> lowest "
                              f"index) in {int((ids.cpu().long() != ids_ref).any(-1).sum())} tokens: {detail}")
-    dw = tolerance.routing_weight_tolerance(w_ref, problem.E) + 2.0**-140
+    dw = tolerance.term_scales(scale)["routing_weights"] * tolerance.routing_weight_tolerance(w_ref, problem.E) + 2.0**-140
     wbad = ~((w32.cpu().double() - w_ref).abs() <= dw)
     assert not bool(wbad.any()), (
         f"routing weights differ from the reference at {int(wbad.sum())} of {wbad.numel()} (token, slot): e.g. "
@@ -50,7 +50,7 @@ def check_routing(problem, t=None, trace=None):
     return {}
 
 
-def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_prec: float = 0.0):
+def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_prec: float = 0.0, scale=None):
     """Layer output within the derived tolerance of the float64 reference, and
     the layer's routing equal to the reference routing."""
     if t is None:
@@ -61,8 +61,8 @@ def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_pre
     T, H = t.hidden.shape
     assert tuple(out.shape) == (T, H), f"output shape {tuple(out.shape)} != {(T, H)}"
     assert out.dtype == t.hidden.dtype, f"output dtype {out.dtype} != hidden dtype {t.hidden.dtype}"
-    check_routing(problem, t, trace)
-    tol = output_tolerance(trace, problem, cfg, out.dtype, c_prec)
+    check_routing(problem, t, trace, scale)
+    tol = output_tolerance(trace, problem, cfg, out.dtype, c_prec, scale=scale)
     err = (out.detach().cpu().double() - trace.out).abs()
     bad = ~(err <= tol)
     if bool(bad.any()):
