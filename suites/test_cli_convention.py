@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("lm_eval", reason="the walk loads every command, eval and bench eval need the [lmeval] extra")
 from harness import __version__, cli
 from harness.commands import convention
 
