@@ -107,7 +107,7 @@ def main(args) -> int:
     except ReportRootError as e:
         print(f"moe-harness eval: {e}", file=sys.stderr)
         return 2
-    from harness.util import noise
+    from harness.util import interrupt, noise
     from harness.util.report import ReportDir
 
     from harness.lmeval.evaluate import Session, run_config
@@ -117,9 +117,19 @@ def main(args) -> int:
     session = Session(disable_tqdm=args.quiet)
     rd = ReportDir.create("eval", root=args.report_root) if the_plan["model_dir"] else None
     log_path = rd.path / "third_party.log" if rd else None
-    with noise.to_log(log_path, enabled=rd is not None and not args.verbose):
-        result = run_config(cfg, session=session, model=args.model, scheme=args.scheme, limit=args.limit,
-                            progress=None if args.quiet else print)
+    with interrupt.catch_signals() as guard:
+        try:
+            with noise.to_log(log_path, enabled=rd is not None and not args.verbose):
+                result = run_config(cfg, session=session, model=args.model, scheme=args.scheme, limit=args.limit,
+                                    progress=None if args.quiet else print)
+        except KeyboardInterrupt as exc:  # SIGINT/SIGTERM: the report says so, no traceback
+            guard.shield()
+            if rd is not None:
+                rd.write_files(f"lm-eval {cfg.path}", [], {"config": str(cfg.path), "interrupted": True,
+                                                            "signal": interrupt.signal_name(exc), "finished": False})
+            print(f"moe-harness eval: interrupted ({interrupt.signal_name(exc)})"
+                  + (f"; report marked interrupted: {rd.path}" if rd is not None else ""), file=sys.stderr, flush=True)
+            return interrupt.exit_code(exc)
     if result.get("skipped"):
         print(result["message"])
         return 3 if os.environ.get("HARNESS_REQUIRE_CHECKPOINT") == "1" else 0

@@ -1,5 +1,7 @@
 """`moe-harness targets`: compile every Triton kernel ahead of time for gfx942,
-gfx950, sm_90 and sm_100 (harness.aot.compile does the work; docs/targets.md)."""
+gfx950, sm_90 and sm_100 (harness.aot.compile does the work; docs/targets.md).
+SIGINT/SIGTERM: the compile workers get SIGTERM, a grace period, SIGKILL;
+exit 130/143 with one line (finished compiles stay in the cache)."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +10,7 @@ import sys
 from pathlib import Path
 
 from harness.aot.compile import COVERAGES, TARGETS, default_cache_dir, failed, run, table
+from harness.util import interrupt
 from harness.util.report import ReportDir, atomic_write_json
 
 def _csv(s):
@@ -53,11 +56,16 @@ def main(args) -> int:
         if n == total or n % 50 == 0:
             print(f"compiled {n}/{total}", file=sys.stderr, flush=True)
 
-    try:
-        doc = run(args.targets, args.kernels, args.configs, args.jobs, cache, progress, args.coverage)
-    except (ValueError, RuntimeError) as exc:
-        print(f"moe-harness targets: {exc}", file=sys.stderr)
-        return 2
+    with interrupt.catch_signals():
+        try:
+            doc = run(args.targets, args.kernels, args.configs, args.jobs, cache, progress, args.coverage)
+        except (ValueError, RuntimeError) as exc:
+            print(f"moe-harness targets: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:  # SIGINT/SIGTERM: workers stopped (compile._stop_pool)
+            print(f"moe-harness targets: interrupted ({interrupt.signal_name(exc)}); compile workers stopped, "
+                  "every finished compile kept in the cache, no report written", file=sys.stderr, flush=True)
+            return interrupt.exit_code(exc)
     doc["meta"]["command"] = _command_line(args)
     print(table(doc, args.verbose))
     if args.json:
