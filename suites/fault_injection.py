@@ -261,6 +261,28 @@ FAULTS += [
       CR + "test_an_implementation_with_another_nan_payload_passes_and_nan_for_a_number_fails"]),
 ]
 
+# Interruption (#26): every long command stops its children (SIGTERM, grace,
+# SIGKILL), removes its temporaries and marks its report.
+FAULTS += [
+    ("make: the maker outlives an interrupted make", "harness/util/interrupt.py",
+     "        terminate_group(proc.pid, grace_s)\n        proc.wait()\n        raise", "        raise",
+     [CK + "test_interrupt.py::test_make_force_interrupted"]),
+    ("synth: the temporary folder kept when interrupted", "harness/checkpoints/synthetic.py",
+     "        if out.exists():\n            shutil.rmtree(out, ignore_errors=True)\n    return dict(summary",
+     "        pass\n    return dict(summary",
+     [CK + "test_interrupt.py::test_synth_interrupted"]),
+    ("conform: an interrupted run leaves the implementation running", "harness/conformance/isolation.py",
+     "            if status is None:\n                status = _stop(pid, limits.grace_s)",
+     "            if status is None:\n                status = 0",
+     [IS + "test_conform_interrupted_writes_the_report_of_what_finished"]),
+    ("pipeline run: jobs get SIGKILL at once, no SIGTERM and grace", "harness/pipelines/runner.py",
+     "os.killpg(p.pid, signal.SIGTERM)", "os.killpg(p.pid, signal.SIGKILL)",
+     ["suites/pipelines/test_runner.py::test_an_interrupted_run_gives_its_jobs_sigterm_and_the_grace_period"]),
+    ("eval: an interrupted run leaves its report unmarked", "harness/commands/eval.py",
+     "            if rd is not None:\n                rd.write_files(", "            if False:\n                rd.write_files(",
+     ["suites/lm_eval/test_eval_interrupt.py::test_eval_interrupted"]),
+]
+
 
 # The MoE families' features (harness/moe/arch.py): each bug class a refactor of
 # them could ship, caught by its check in harness/testing/checks/ on a fixed

@@ -38,6 +38,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from harness.aot import registry
+from harness.util import interrupt
 from harness.aot.inventory import jit_function_sources, kernel_files
 
 # Bumped when what a cached result holds, or how it is measured, changes.
@@ -352,6 +353,21 @@ def _init_worker(triton_cache: str):
     os.environ["TRITON_CACHE_DIR"] = triton_cache
 
 
+def _stop_pool(ex, grace_s: float = 5.0) -> None:
+    """SIGTERM to the pool's workers, `grace_s` for them to exit, then SIGKILL;
+    queued tasks are cancelled. Finished rows are already in the cache."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    for p in procs:
+        p.terminate()
+    end = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, end - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+    ex.shutdown(wait=False, cancel_futures=True)
+
+
 def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_dir=None, progress=None,
         coverage="all") -> dict:
     """Compile (or read from the cache) every work item for every target; the JSON document.
@@ -392,12 +408,17 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
 
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(triton_cache,)) as ex:
-                results = ex.map(_compile_task, [(item, t) for _, _, _, item, t in todo], chunksize=4)
-                for n, ((i, key, base, _, _), row) in enumerate(zip(todo, results)):
-                    _cache_put(cache, key, row)
-                    rows[i] = dict(base, **row, cached=False)
-                    if progress:
-                        progress(n + 1, len(todo))
+                try:
+                    with interrupt.deferred():  # workers start while the tasks are submitted: not cut in half
+                        results = ex.map(_compile_task, [(item, t) for _, _, _, item, t in todo], chunksize=4)
+                    for n, ((i, key, base, _, _), row) in enumerate(zip(todo, results)):
+                        _cache_put(cache, key, row)
+                        rows[i] = dict(base, **row, cached=False)
+                        if progress:
+                            progress(n + 1, len(todo))
+                except BaseException:  # interrupted (or a worker failed): no compile outlives the run
+                    _stop_pool(ex)
+                    raise
         else:
             for n, (i, key, base, item, t) in enumerate(todo):
                 row = compile_variant(_jit_for(item["kernel"]), item, TARGETS[t])

@@ -122,9 +122,11 @@ def _source_weights(base_dir):
     return out
 
 
-def roundtrip(folder, base_dir=None) -> RoundTrip:
+def roundtrip(folder, base_dir=None, producer_files=None) -> RoundTrip:
+    """producer_files: what the producer side reads (get(name), keys(), config);
+    default the folder through CheckpointFiles, the harness side's reader."""
     loaded = load_checkpoint(folder)
-    ckpt = cfiles.CheckpointFiles(folder)
+    ckpt = producer_files if producer_files is not None else cfiles.CheckpointFiles(folder)
     groups = detect.reader(loaded.fmt).groups(ckpt.keys())
     bound = BOUNDS.get(loaded.fmt)
     rt = RoundTrip(loaded.fmt, loaded.scheme, bound_ulp=None if bound is None else bound[0])

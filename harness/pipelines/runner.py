@@ -9,7 +9,8 @@ Buildkite), retry.automatic rules applied, soft_fail honoured, artifact_paths
 collected. Results go to a report folder through harness.util.report.
 
 SIGINT and SIGTERM (what `timeout` and CI agents send) stop the run the same
-way: every running job's process group is killed and waited for, no new job
+way: every running job's process group gets SIGTERM, the grace period, then
+SIGKILL, and is waited for, no new job
 or retry starts, the report of the jobs that finished is written with
 "interrupted": true, `latest` moves to it, and the exit status is 130 / 143.
 """
@@ -381,6 +382,16 @@ class Runner:
             self._stopping = True
             procs = list(self._procs)
             killed = sorted(self._running.values())
+        # as an agent cancels a job: SIGTERM to every job's group (a `moe-harness run`
+        # inside writes its report marked interrupted), the grace period, then SIGKILL
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + self.opts.grace
+        while any(interrupt.group_alive(p.pid) for p in procs) and time.monotonic() < end:
+            time.sleep(0.02)
         survivors = []
         for p in procs:
             survivors += interrupt.kill_group(p.pid)

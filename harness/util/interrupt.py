@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,6 +80,26 @@ def catch_signals():
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+@contextmanager
+def deferred():
+    """Inside: SIGINT/SIGTERM are only noted; on leaving, the first one noted is
+    raised again under the handlers in force before. For steps that must not
+    be cut in half (starting a worker process while its setup data is written
+    to it). Outside the main thread it does nothing (signals go there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: noted.append(signum)) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if noted:
+            signal.raise_signal(noted[0])
 
 
 def _pgrp_and_state(stat: str) -> tuple[int, str]:

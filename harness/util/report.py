@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+import secrets
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
@@ -176,7 +177,9 @@ class ReportDir:
     def update_latest(self) -> Path:
         """Point <root>/latest at this folder; the old link is replaced in one rename."""
         link = self.root / "latest"
-        tmp = self.root / f".latest.{os.getpid()}.tmp"
+        # pid and a random part: two runs (other hosts or pid namespaces on one
+        # shared folder included) never share the temporary name
+        tmp = self.root / f".latest.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             tmp.unlink()
         except FileNotFoundError:

@@ -38,6 +38,8 @@ def _doing(act):
 
 
 def _sleep():
+    if os.environ.get("HANG_READY"):  # tells an interruption test the hang has begun
+        open(os.environ["HANG_READY"], "w").close()
     time.sleep(3600)
 
 

@@ -5,9 +5,14 @@ floods its output gets its own FAIL with the reason, while the others keep
 their verdicts and the report is written."""
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from suites.interrupting import interrupt, start, wait_until
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,3 +112,21 @@ def test_a_child_that_exits_before_its_cells_are_read_is_reaped_once():
     ref = _impl(data, "reference")
     assert not ref.get("error") and not ref["failed"], ref
     assert len(seen) == ref["cells"] > 1
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_conform_interrupted_writes_the_report_of_what_finished(tmp_path, sig, code):
+    ready = tmp_path / "hang.ready"
+    p = start(["conform", "--formats", "mxfp4", "--random-blocks", "16", "--reports", str(tmp_path / "reports"),
+               "--impl", H + "correct", "--impl", H + "hangs", "--impl", BUGGY], env={"HANG_READY": str(ready)})
+    wait_until(ready.exists, p, "the hanging implementation started")
+    rc, out, err, alive = interrupt(p, sig)
+    assert rc == code, (rc, out, err)
+    assert alive == [], "an implementation's process outlived the run"
+    assert "Traceback" not in err and f"INTERRUPTED ({sig.name})" in out, (out, err)
+    data = json.loads((tmp_path / "reports" / "latest" / "results.json").read_text())
+    assert data["interrupted"] == sig.name and data["meta"]["finished"] is False
+    assert not _impl(data, "correct")["failed"] and _impl(data, "correct")["cells"] == 3
+    assert f"interrupted ({sig.name})" in _impl(data, "hangs")["error"]
+    assert "ties-away" not in [i["name"] for i in data["implementations"]]
+    assert "INTERRUPTED" in (tmp_path / "reports" / "latest" / "summary.md").read_text()

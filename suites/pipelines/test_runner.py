@@ -249,3 +249,21 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state not in ("Z", "X")
+
+
+def test_an_interrupted_run_gives_its_jobs_sigterm_and_the_grace_period(tmp_path):
+    """As an agent cancels: SIGTERM to every running job's group (a `moe-harness run`
+    inside marks its report interrupted), then SIGKILL after --grace-seconds."""
+    proc = _start_run(tmp_path, "interrupt_graceful.yml", "--jobs", "2", "--grace-seconds", "2")
+    deadline = time.monotonic() + 120
+    while not ((tmp_path / "ready.0").exists() and (tmp_path / "ready.1").exists()):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read().decode()
+        time.sleep(0.05)
+    groups = [int((tmp_path / f"pgid.{j}").read_text()) for j in (0, 1)]
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=300)[0].decode()
+    assert proc.returncode == 143, out
+    assert (tmp_path / "polite.got").read_text().strip() == "TERM", "the job never got SIGTERM"
+    assert time.monotonic() - t0 >= 2, "the stubborn job was not given the grace period"
+    assert all(_live_in_group(g) == [] for g in groups), out

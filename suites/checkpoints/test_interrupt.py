@@ -1,0 +1,59 @@
+"""`checkpoint make` and `checkpoint synth` interrupted (SIGINT, SIGTERM to the
+command alone): the maker's process group is stopped (SIGTERM, grace, SIGKILL),
+no temporary folder is left, the cached entry is what it was (verified, its
+log untouched), one line, exit 130 / 143, no traceback."""
+import signal
+
+import pytest
+
+from harness.checkpoints import cache, make
+from harness.checkpoints.make import make_checkpoint
+
+from suites.interrupting import interrupt, marked, one_line, start, wait_until
+
+SIGS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
+
+
+def _cmdline(pid) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:  # exited meanwhile
+        return b""
+
+
+@pytest.mark.parametrize("sig,code", SIGS)
+def test_make_force_interrupted(tmp_path, monkeypatch, sig, code):
+    monkeypatch.setenv("MOE_HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    before = make_checkpoint("gpt-oss", "mxfp4")
+    log_before = (before / cache.LOG).read_bytes()
+    link = make.cached_path("gpt-oss", "mxfp4")
+    p = start(["checkpoint", "make", "--producer", "gpt-oss", "--scheme", "mxfp4", "--force"],
+              env={"MOE_HARNESS_CACHE_DIR": str(tmp_path / "cache")})
+
+    def worker_running():
+        return any(b"make_worker" in _cmdline(pid) for pid in marked(p.mark)) \
+            and list(link.parent.glob(f".{link.name}-tmp-*"))
+    wait_until(worker_running, p, "the maker started")
+    rc, out, err, alive = interrupt(p, sig)
+    assert rc == code, (rc, out, err)
+    assert sig.name in one_line(err, "moe-harness checkpoint make: interrupted")
+    assert alive == [], "the maker outlived the command"
+    assert not list(link.parent.glob(f".{link.name}*")), "a temporary folder or file was left"
+    assert link.resolve() == before.resolve()
+    cache._verified.clear()
+    cache.verify(before)
+    assert (before / cache.LOG).read_bytes() == log_before
+
+
+@pytest.mark.parametrize("sig,code", SIGS)
+def test_synth_interrupted(tmp_path, sig, code):
+    out_dir = tmp_path / "synth"
+    p = start(["checkpoint", "synth", "--shape", "mixtral-8x7b", "--scheme", "nvfp4", "--out", str(out_dir),
+               "--device", "cpu", "--shard-gib", "0.01"])
+    wait_until(lambda: [f for d in tmp_path.glob(".synth.tmp-*") for f in d.glob("shard-*.tmp")], p,
+               "the first shard was written")
+    rc, out, err, alive = interrupt(p, sig)
+    assert rc == code, (rc, out, err)
+    assert sig.name in one_line(err, "moe-harness checkpoint synth: interrupted")
+    assert alive == [] and sorted(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
