@@ -202,6 +202,44 @@ FAULTS += [
 ]
 
 
+# The MoE families' features (harness/moe/arch.py): each bug class a refactor of
+# them could ship, caught by its check in harness/testing/checks/ on a fixed
+# family problem (suites/regressions/test_family_*.py).
+R = "suites/regressions/"
+FAULTS += [
+    ("routing: correction bias in the routing weights", "harness/moe/routing.py",
+     "        topk_weights = torch.gather(_scores(logits, arch.scoring), 1, topk_ids)",
+     "        topk_weights = torch.gather(_scores(logits, arch.scoring) + (0 if e_score_correction_bias is None "
+     "else e_score_correction_bias.to(logits)), 1, topk_ids)",
+     [R + "test_family_correction_bias_in_weights.py::test_weights_are_the_unbiased_scores"]),
+    ("routing: group limit skipped", "harness/moe/routing.py",
+     "    if arch.grouped:\n        keys = torch.where(group_mask(keys, arch)",
+     "    if False:\n        keys = torch.where(group_mask(keys, arch)",
+     [R + "test_family_group_limit_skipped.py::test_selection_stays_in_the_kept_groups"]),
+    ("layer: routed scaling applied twice", "harness/moe/layer.py",
+     "        out = self.experts.apply(x, topk_weights, topk_ids, activation=arch.activation)\n",
+     "        out = self.experts.apply(x, topk_weights, topk_ids, activation=arch.activation) * arch.routed_scaling_factor\n",
+     [R + "test_family_routed_scaling.py::test_scaling_once_on_the_routed_output"]),
+    ("layer: routed scaling applied to the shared experts", "harness/moe/layer.py",
+     "            out = out + self.shared_experts.apply(",
+     "            out = out + arch.routed_scaling_factor * self.shared_experts.apply(",
+     [R + "test_family_routed_scaling.py::test_scaling_once_on_the_routed_output"]),
+    ("layer: router weight on both the input and the output", "harness/moe/layer.py",
+     "            topk_weights = torch.ones_like(topk_weights)\n", "            pass\n",
+     [R + "test_family_router_weight_on_input.py::test_weight_on_the_input_only"]),
+    ("experts: bias added before the dequantized GEMM's scale", "harness/moe/experts.py",
+     "_add_bias(self._gemm(x, ids, 0, w, layout, x_row_div=k), self.w13_bias, ids)",
+     "_add_bias(self._gemm(x, ids, 0, w, layout, x_row_div=k), self.w13_bias if self.w13_bias is None "
+     "or self.quant_config is None or self.quant_config.w13_gscale is None "
+     "else self.w13_bias / self.quant_config.w13_gscale.reshape(-1, 1), ids)",
+     [R + "test_family_bias_after_scale.py::test_bias_after_the_scale"]),
+    ("experts: activation format taken from the weight row", "harness/moe/experts.py",
+     "    def quant_dtype(self):\n        return self.scheme.quant_dtype",
+     "    def quant_dtype(self):\n        return self.scheme.weight_fmt",
+     [R + "test_family_activation_format_from_weights.py::test_activations_in_the_rows_format"]),
+]
+
+
 # The block swap of the transformers MoE families (harness/emulation/moe_swap.py
 # reading the rows of families.py): each layout or routing fact misread,
 # caught by the block-by-block comparison with the transformers block
