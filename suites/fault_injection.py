@@ -482,6 +482,37 @@ FAULTS += [
      ["suites/conformance/test_isolation.py::test_a_child_that_exits_before_its_cells_are_read_is_reaped_once"]),
 ]
 
+# The block swap of the transformers MoE families (harness/emulation/moe_swap.py
+# reading the rows of families.py): each layout or routing fact misread,
+# caught by the block-by-block comparison with the transformers block
+# (harness/testing/checks/block_swap.py) on the tiny family models.
+MS = "harness/emulation/moe_swap.py"
+SW = ["suites/lm_eval/test_moe_swap.py::test_every_block_matches_transformers"]
+FAULTS += [
+    ("swap: gate and up de-interleaved the wrong way (gpt-oss)", MS,
+     "idx = torch.cat([torch.arange(0, n, 2), torch.arange(1, n, 2)])",
+     "idx = torch.cat([torch.arange(1, n, 2), torch.arange(0, n, 2)])", SW),
+    ("swap: shared expert dropped (DeepSeek-V3, Llama4)", MS,
+     'opts["shared_w13"], opts["shared_w2"] = _shared_weights(mlp, row, name)', "pass", SW),
+    ("swap: router bias dropped (gpt-oss)", MS,
+     "router_bias=_attr(router, row.router_bias, rname).detach() if row.router_bias else None",
+     "router_bias=None", SW),
+    ("swap: e_score_correction_bias dropped (DeepSeek-V3)", MS,
+     'opts["e_score_correction_bias"] = _attr(router, row.correction_bias, rname).detach()', "pass", SW),
+    ("swap: group limit ignored (DeepSeek-V3)", MS,
+     '        opts["n_group"] = int(families.resolve(row.n_group, config, rname))\n'
+     '        opts["topk_group"] = int(families.resolve(row.topk_group, config, rname))\n', "        pass\n", SW),
+    ("swap: routed scaling factor dropped (DeepSeek-V3)", MS,
+     'opts["routed_scaling_factor"] = float(families.resolve(row.routed_scaling_factor, config, rname))',
+     "pass", SW),
+    ("swap: routing weight on the output instead of the input (Llama4)", MS,
+     'opts["router_weight_on_input"] = True', "pass", SW),
+    ("swap: expert biases dropped (gpt-oss)", MS,
+     '    if b13 is not None:\n        opts["w13_bias"] = b13\n    if b2 is not None:\n        opts["w2_bias"] = b2\n',
+     "", SW),
+]
+
+
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its
     file, or that names a test file or test function that does not exist."""

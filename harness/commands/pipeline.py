@@ -79,7 +79,7 @@ def main(args) -> int:
 def generate(root: Path, check: bool = False) -> int:
     """Write (or with check, compare) buildkite/nightly.yml."""
 
-    text = nightly.render(SCHEME_NAMES, nightly.checkpoint_configs(root))
+    text = nightly.render(SCHEME_NAMES, nightly.checkpoint_configs(root), nightly.tiny_family_configs(root))
     path = root / nightly.NIGHTLY_PATH
     if check:
         current = path.read_text() if path.is_file() else None

@@ -32,7 +32,7 @@ from harness.models.tiny_model import BUNDLED_MODEL_NAME
 from harness.emulation import calibrate
 from harness.models import corpus
 from harness.emulation import parallel
-from harness.models import tiny_model
+from harness.models import tiny_families, tiny_family_make, tiny_model
 from harness.lmeval.schemes import SCHEMES
 from harness.emulation.builder import builder_source, emulation_builder, needs_activation_scales
 from harness.emulation.moe_swap import ORACLE_PREFIX, Swapper
@@ -48,8 +48,13 @@ def auto_device() -> str:
 
 
 def resolve_model_dir(pretrained) -> str:
+    """The bundled model, a tiny family model (by name or cache folder: made
+    here when absent), or a local folder."""
     if pretrained in (None, "", BUNDLED_MODEL_NAME):
         return str(tiny_model.bundled_dir())
+    family = tiny_families.name_of(pretrained)
+    if family is not None:
+        return str(tiny_family_make.ensure(family))
     path = Path(os.path.expanduser(str(pretrained)))
     if not path.is_dir():
         raise FileNotFoundError(f"model folder not found: {path} (only local folders are loaded; no hub access)")

@@ -49,7 +49,7 @@ from harness.util import safe_yaml
 from harness.checkpoints import detect, producers
 from harness.lmeval import task_data, task_names
 from harness.lmeval.configs import tiny_config_path
-from harness.models import tiny_model
+from harness.models import tiny_families, tiny_model
 from harness.models.tiny_model import BUNDLED_MODEL_NAME
 from harness.lmeval.schemes import DTYPES, EXPERT_BACKENDS, SCHEMES
 
@@ -567,6 +567,8 @@ def resolve_model_dir(cfg: AccuracyConfig, override: str | None = None, optional
     if override:
         if override == BUNDLED_MODEL_NAME:
             return str(tiny_model.bundled_dir())
+        if override in tiny_families.MODEL_NAMES:  # made on first load (adapter)
+            return str(tiny_families.folder(override))
         if not Path(override).is_dir():
             raise ModelNotPresent(f"--model {override}: no such folder")   # a flag naming nothing: never optional
         return override
@@ -576,6 +578,8 @@ def resolve_model_dir(cfg: AccuracyConfig, override: str | None = None, optional
         return cfg.model_dir
     if cfg.model_name == BUNDLED_MODEL_NAME:
         return str(tiny_model.bundled_dir())
+    if cfg.model_name in tiny_families.MODEL_NAMES:  # made on first load (adapter)
+        return str(tiny_families.folder(cfg.model_name))
     if cfg.model_dir_env:
         root = os.environ.get(cfg.model_dir_env)
         sub = cfg.model_subdir or cfg.model_name.split("/")[-1]

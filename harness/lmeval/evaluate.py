@@ -22,7 +22,7 @@ from harness.lmeval.checkpoint_config import resolve_or_result
 from harness.lmeval.kl import mean_token_kl
 from harness.lmeval.progress import Meter
 from harness.lmeval.schemes import SCHEMES
-from harness.lmeval.configs import config_paths, tiny_config_path
+from harness.lmeval.configs import config_paths, tiny_config_path, tiny_family_config_paths
 from harness.lmeval.report import items_for, write_lm_eval_report
 from harness.lmeval import adapter  # adapter.MoEEmuLM looked up per call: tests replace it
 
@@ -366,22 +366,28 @@ def _strip(out: dict) -> dict:
 
 
 def run_tiny_all_schemes(report_dir, limit: int | None = 200, schemes=None, session: Session | None = None,
-                         write: bool = True, on_result=None, progress=None, producers: bool = False) -> list[dict]:
-    """Every tiny-<scheme>.yaml config, one shared model and baseline (and with
-    `producers`, then every producer-<producer>-<scheme>.yaml config: the same
-    model with its experts read from that producer's checkpoint); writes
-    <report_dir>/lm_eval/ (raw results, summary.md, plot) after each config when
-    `write`. Each config is one check: `on_result(result)` hears it the moment it
-    finishes, so an interrupted run keeps the configs that finished."""
-    paths = [tiny_config_path(s) for s in (schemes or SCHEMES)]
+                         write: bool = True, on_result=None, progress=None, producers: bool = False,
+                         families: bool = False) -> list[dict]:
+    """Every tiny-<scheme>.yaml config, one shared model and baseline (with
+    `families`, then every tiny-<model_type>-<scheme>.yaml config of the tiny
+    random family models, at their own limit; with `producers`, then every
+    producer-<producer>-<scheme>.yaml config: the same model with its experts
+    read from that producer's checkpoint); writes <report_dir>/lm_eval/ (raw
+    results, summary.md, plot) after each config when `write`. Each config is
+    one check: `on_result(result)` hears it the moment it finishes, so an
+    interrupted run keeps the configs that finished."""
+    runs = [(tiny_config_path(s), limit) for s in (schemes or SCHEMES)]
+    if families:
+        runs += [(p, None) for p in tiny_family_config_paths()]
     if producers:
-        paths += config_paths()
+        runs += [(p, limit) for p in config_paths()]
     session = session or Session()
     out = []
-    for path in paths:
-        out.append(run_config(load(path), session=session, limit=limit, progress=progress))
+    for path, lim in runs:
+        out.append(run_config(load(path), session=session, limit=lim, progress=progress))
         if write and report_dir is not None:
             write_lm_eval_report(report_dir, out, title="lm-eval: tiny-moe, every scheme"
+                                 + (", tiny family models" if families else "")
                                  + (" and producer checkpoint" if producers else ""))
         if on_result is not None:
             on_result(_without_raw(out[-1]))

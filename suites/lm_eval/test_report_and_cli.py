@@ -93,11 +93,12 @@ def test_run_puts_the_lm_eval_cache_under_the_chosen_reports(monkeypatch, tmp_pa
     monkeypatch.delenv("HARNESS_CACHE_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(evaluate, "run_tiny_all_schemes",
-                        lambda report_dir, on_result, progress, producers: seen.update(
-                            cache=os.environ["HARNESS_CACHE_DIR"], producers=producers))
+                        lambda report_dir, on_result, progress, families, producers: seen.update(
+                            cache=os.environ["HARNESS_CACHE_DIR"], families=families, producers=producers))
     run._lmeval_section({"report_dir": None, "reports_root": tmp_path / "elsewhere", "progress": print}, print)
     assert seen["cache"] == str(tmp_path / "elsewhere" / ".cache")
     assert seen["producers"] is True  # `moe-harness run` evaluates the producer checkpoints too
+    assert seen["families"] is True  # and the tiny random family models
 
 
 def test_producer_configs_follow_the_producer_table():

@@ -9,7 +9,8 @@ Sections (in order; each may be skipped with --skip, or chosen with --only):
     formats  reference numerics: error bound, idempotence, SQNR floors, device == CPU
     kernels  Triton kernels == reference, bit for bit (harness.commands.run.kernels)
     moe      emulated MoE vs the float64 reference per scheme (harness.commands.run.moe)
-    lmeval   tiny-model lm-eval for every scheme, then for every producer checkpoint
+    lmeval   tiny-model lm-eval for every scheme, then the tiny random family
+             models' KL and oracle gates, then every producer checkpoint
              (harness.lmeval, harness.checkpoints), one check per config
 
 Interruption (Ctrl-C, or SIGTERM from `timeout` or a CI agent): the report
@@ -81,7 +82,8 @@ def _lmeval_section(ctx, emit):
     # The hub/datasets cache belongs with the reports the user chose, not ./reports.
     os.environ.setdefault("HARNESS_CACHE_DIR", str(ctx["reports_root"] / ".cache"))
     mod = importlib.import_module("harness.lmeval.evaluate")
-    mod.run_tiny_all_schemes(ctx["report_dir"], on_result=emit, progress=ctx["progress"], producers=True)
+    mod.run_tiny_all_schemes(ctx["report_dir"], on_result=emit, progress=ctx["progress"], families=True,
+                             producers=True)
 
 
 RUNNERS = {
