@@ -51,7 +51,7 @@ fused_gemm_src.py) and its error bound (what the suites test):
    difference is (2). a2 QDQ is discontinuous: a GEMM1 difference within (2)
    can move an a2 element across a rounding boundary, so end-to-end
    comparisons must allow one a2 quantization step per element, or compare
-   per GEMM with the bound (harness.commands.run.moe does it stage by stage).
+   per GEMM with the bound (harness.testing.checks.stages does it stage by stage).
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ failure.
 Sections (in order; each may be skipped with --skip, or chosen with --only):
     formats  reference numerics: error bound, idempotence, SQNR floors, device == CPU
     kernels  Triton kernels == reference, bit for bit (harness.commands.run.kernels)
-    moe      emulated MoE vs the float64 reference per scheme (harness.commands.run.moe)
+    moe      emulated MoE per scheme and backend, one family in turn, held to the library
+             checks of harness.testing.checks (oracle, single QDQ, stages)
     lmeval   tiny-model lm-eval for every scheme, then the tiny random family
              models' KL and oracle gates, then every producer checkpoint
              (harness.lmeval, harness.checkpoints), one check per config
