@@ -278,8 +278,8 @@ FAULTS += [
     ("pipeline run: jobs get SIGKILL at once, no SIGTERM and grace", "harness/pipelines/runner.py",
      "os.killpg(p.pid, signal.SIGTERM)", "os.killpg(p.pid, signal.SIGKILL)",
      ["suites/pipelines/test_runner.py::test_an_interrupted_run_gives_its_jobs_sigterm_and_the_grace_period"]),
-    ("eval: an interrupted run leaves its report unmarked", "harness/commands/eval.py",
-     "            if rd is not None:\n                rd.write_files(", "            if False:\n                rd.write_files(",
+    ("eval: an interrupted run leaves its report unmarked", "harness/commands/convention.py",
+     '            self.meta["interrupted"] = stop is not None', '            self.meta["interrupted"] = False',
      ["suites/lm_eval/test_eval_interrupt.py::test_eval_interrupted"]),
 ]
 
@@ -427,8 +427,9 @@ FAULTS += [
      "noise.to_log(self.log_path, enabled=not self.verbose)", "noise.to_log(self.log_path, enabled=False)",
      [CV + "test_library_noise_goes_to_third_party_log"]),
     ("checkpoint check: a missing folder is a finding (exit 1)", "harness/commands/checkpoint.py",
-     '        return refuse("checkpoint check", f"{folder}: {why}")',
-     '        print(f"moe-harness checkpoint check: {folder}: {why}", file=sys.stderr)\n        return 1',
+     '        _, fmt, _ = identify(folder)\n    except CheckpointFormatError as e:\n        return refuse("checkpoint check", e)',
+     '        _, fmt, _ = identify(folder)\n    except CheckpointFormatError as e:\n'
+     '        print(f"moe-harness checkpoint check: {e}", file=sys.stderr)\n        return 1',
      [CV + "test_bad_input_is_one_line_exit_2_and_no_report"]),
 ]
 

@@ -153,7 +153,7 @@ def _cli_process(*argv, cwd=REPO):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["checkpoint", "check", "/nonexistent"], "/nonexistent: no such folder"),
+    (["checkpoint", "check", "/nonexistent"], "/nonexistent: checkpoint folder"),
     (["eval", "--config", "/nonexistent.yaml"], "/nonexistent.yaml"),
     (["targets", "--targets", "gfx90a"], "unknown target gfx90a"),
     (["conform", "--formats", "nvfp5"], "nvfp5"),

@@ -92,8 +92,11 @@ def _make(args) -> int:
         if args.out and Path(args.out).exists() and (not Path(args.out).is_dir() or any(Path(args.out).iterdir())):
             raise ValueError(f"--out {args.out}: exists and is not an empty folder")
         folder = cached_path(args.producer, args.scheme)
+        folder.parent.mkdir(parents=True, exist_ok=True)
     except ValueError as e:
         return refuse("checkpoint make", e)
+    except OSError as e:  # a read-only or full cache, or a file in its path
+        return refuse("checkpoint make", f"cannot write the cache: {e.filename or ''}: {e.strerror or e}")
     _say(args, f"checkpoint make: {args.producer} {args.scheme} -> {folder}"
          + ("" if args.force or not (folder / "made.json").is_file() else " (cached)"))
     done, t0 = threading.Event(), time.perf_counter()
@@ -126,10 +129,7 @@ def _make(args) -> int:
 
 def _check(args) -> int:
     folder = Path(args.folder)
-    if not (folder / "config.json").is_file():
-        why = "no such folder" if not folder.exists() else "not a checkpoint folder (no config.json)"
-        return refuse("checkpoint check", f"{folder}: {why}")
-    try:
+    try:  # a missing folder, a link loop, a folder without config.json: refused, one line naming it
         _, fmt, _ = identify(folder)
     except CheckpointFormatError as e:
         return refuse("checkpoint check", e)
