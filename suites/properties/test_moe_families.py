@@ -32,6 +32,7 @@ from harness.testing.checks.correction_bias import check_correction_bias_for_sel
 from harness.testing.checks.group_limit import check_group_limit
 from harness.testing.checks.routed_scaling import check_routed_scaling
 from harness.testing.checks.router_weight import check_router_weight_on_input
+from harness.testing.checks.stages import check_stages
 from harness.testing.checks import problem as pb
 from harness.testing.checks.host_work import check_dynamo_fullgraph, check_no_host_work_in_forward, fresh_table_caches
 from harness.testing.checks.oracle import check_fused_matches_unfused, check_matches_reference, check_routing
@@ -133,3 +134,10 @@ def test_expert_biases_after_the_gemm_scale(data):
 @given(data=st.data())
 def test_activations_quantized_in_the_rows_activation_format(scheme, data):
     check_activation_format(data.draw(moe_problems(scheme, max_experts=16, max_tokens=32), label="problem"))
+
+
+@pb.examples(1 / 2)
+@given(data=st.data())
+def test_every_float32_step_within_its_term(data):
+    # harness/testing/checks/stages.py: the terms of the tolerance, one step at a time
+    check_stages(data.draw(moe_problems(max_experts=16, max_tokens=64), label="problem"))
