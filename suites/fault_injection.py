@@ -27,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 P = "suites/properties/"
+# The launch snapshot: every launch choice of the fused GEMM (suites/targets/launch_grid.py).
+LS = "suites/targets/test_launch_selection.py::test_every_launch_choice_matches_the_snapshot"
 
 FAULTS = [
     ("rne ties rounded away", "harness/formats/minifloat.py",
@@ -91,9 +93,10 @@ FAULTS += [
     ("kernel: rceil >= instead of >", K, "((amax_bits & F32_FRAC_MASK) > RCEIL_MANT)", "((amax_bits & F32_FRAC_MASK) >= RCEIL_MANT)", KT),
     ("kernel: even-mode half-ulp one bit too low", "harness/kernels/constants.py",
      '"EVEN_ADD": 1 << (F32_MANT_BITS - 1 - el.mbits)', '"EVEN_ADD": 1 << (F32_MANT_BITS - 2 - el.mbits)', KT),
-    ("fused MoE GEMM: unmasked loads on tiles that do not divide N, K", "harness/kernels/fused_gemm.py",
-     '    _refuse_interpreted_bf16_decode(cfg, interpret)\n    cfg.setdefault("EVEN_NK", n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)',
-     '    _refuse_interpreted_bf16_decode(cfg, interpret)\n    cfg.setdefault("EVEN_NK", True)', [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide"]),
+    ("fused MoE GEMM: unmasked loads on tiles that do not divide N, K", "harness/kernels/launch_config.py",
+     '        even_nk = n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0',
+     '        even_nk = not dequant or (n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0)',
+     [P + "test_moe_layer_smoke.py::test_fused_gemm_tiles_that_do_not_divide", LS]),
     ("fused MoE GEMM1 reads pair rows of the token matrix (x_row_div ignored)", "harness/kernels/fused_gemm_src.py",
      "a = tl.load(x_ptr + x_rows[:, None] * stride_xm", "a = tl.load(x_ptr + rows_safe[:, None] * stride_xm",
      [P + "test_moe_layer_smoke.py::test_fused_gemm1_reads_token_rows"]),
@@ -179,10 +182,10 @@ FAULTS += [
      'if t.startswith("*") or (ints == "div16" and _is_int(t))}', 'if t.startswith("*")}',
      [TT + "test_launches_with_integer_arguments_compile_in_both_specialisations",
       TT + "test_an_overflow_only_aligned_sizes_reach_fails_gfx942"]),
-    ("ROCm bf16 float-weight GEMM keeps the H200 tiles", "harness/kernels/fused_gemm.py",
-     "return ROCM_F32_CONFIGS if f32 else ROCM_BF16_FLOAT_CONFIGS if weights_kind == 0 else None",
-     "return ROCM_F32_CONFIGS if f32 else None",
-     [TT + "test_rocm_takes_the_lds_safe_tiles", TT + "test_an_overflow_only_aligned_sizes_reach_fails_gfx942"]),
+    ("ROCm bf16 float-weight GEMM keeps the H200 tiles", "harness/kernels/launch_config.py",
+     '"bf16, float weights": ("ROCM_BF16_FLOAT_CONFIGS", "GPU_CONFIGS"),',
+     '"bf16, float weights": ("GPU_CONFIGS",),',
+     [TT + "test_rocm_takes_the_lds_safe_tiles", TT + "test_an_overflow_only_aligned_sizes_reach_fails_gfx942", LS]),
     ("CPU dry runs not skipped where a GPU is visible", "conftest.py",
      "    if cpu_only and kind is not None:", "    if False:",
      ["suites/test_markers.py::test_cpu_only_skips_where_a_gpu_is_visible"]),

@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
+
 from harness.lmeval.evaluate import run_tiny_all_schemes
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """Structural properties of the emulated MoE, for every scheme.
 
-* fused vs unfused per the fused kernel's contract (harness/kernels/fused_gemm.py):
+* fused vs unfused per the fused kernel's contract (harness/kernels/error_bound.py):
   not bitwise (tl.dot sums in its own order), so both must lie within the
   derived float64-reference tolerance, the fused one widened by its c_prec
   (0 for "ieee", always on CPU; 2^-7 for lossy bf16 operands on GPU);

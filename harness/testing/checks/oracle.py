@@ -11,7 +11,8 @@ from harness.moe import tolerance
 
 from harness.testing.checks.problem import describe_mismatch, make_moe, output_tolerance, reference_trace, run, setup
 import harness.moe.routing as routing  # the module the layer calls through
-from harness.kernels import fused_gemm as fused
+from harness.kernels.error_bound import c_prec
+from harness.kernels.precision import resolve_precision
 
 
 def layer_route(problem, t):
@@ -72,10 +73,10 @@ def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_pre
 
 # =========================================================================== fused vs unfused
 def fused_c_prec(moe, device) -> float:
-    """c_prec of the fused experts' resolved GEMM precision (harness/kernels/fused_gemm.py
+    """c_prec of the fused experts' resolved GEMM precision (harness/kernels/error_bound.py
     contract (2)): 0 for "ieee" (always on CPU), 2^-7 for lossy bf16 operands."""
     ex = moe.experts
-    return fused.c_prec(ex.scheme, fused.resolve_precision(ex.fused_precision, ex.scheme, device))
+    return c_prec(ex.scheme, resolve_precision(ex.fused_precision, ex.scheme, device))
 
 
 def check_fused_matches_unfused(problem, t=None, cfg=None, device="cpu"):
