@@ -42,6 +42,7 @@ def family_session():
     return Session(disable_tqdm=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
 def test_tiny_family_config_passes_with_the_oracle_at_zero(path, family_session):
     r = run_config(load(path), session=family_session)
