@@ -63,6 +63,7 @@ def test_routing_row_selection_is_the_reference(routing, data):
     check_routing(problem)
 
 
+@pytest.mark.slow  # the Triton interpreter: seconds per parametrization
 @pytest.mark.parametrize("routing", ROWS)
 @pb.examples(1 / 10, minimum=3)
 @given(data=st.data())
@@ -81,6 +82,7 @@ def test_family_no_host_work_in_forward(family, backend, monkeypatch):
     check_no_host_work_in_forward(p, moe, t)
 
 
+@pytest.mark.slow  # dynamo tracing: seconds per family
 @pytest.mark.parametrize("family", FEATURED)
 def test_family_dynamo_fullgraph_no_graph_break(family):
     check_dynamo_fullgraph(pb.family_problem(family, "w_mxfp4_a_mxfp4", logits="ties"))
