@@ -19,7 +19,10 @@ lie within the derived tolerance (harness/moe/tolerance.py, every feature's
 term). The fused backend runs the Triton interpreter on CPU: small sizes.
 The GPU variants are in test_moe_gpu.py."""
 import pytest
+import torch
 from hypothesis import given
+
+import harness.moe as hm
 from hypothesis import strategies as st
 
 from harness.moe.arch import FAMILIES, ROUTING_ROWS
@@ -63,6 +66,7 @@ def test_routing_row_selection_is_the_reference(routing, data):
     check_routing(problem)
 
 
+@pytest.mark.slow  # the Triton interpreter: seconds per parametrization
 @pytest.mark.parametrize("routing", ROWS)
 @pb.examples(1 / 10, minimum=3)
 @given(data=st.data())
@@ -81,6 +85,7 @@ def test_family_no_host_work_in_forward(family, backend, monkeypatch):
     check_no_host_work_in_forward(p, moe, t)
 
 
+@pytest.mark.slow  # dynamo tracing: seconds per family
 @pytest.mark.parametrize("family", FEATURED)
 def test_family_dynamo_fullgraph_no_graph_break(family):
     check_dynamo_fullgraph(pb.family_problem(family, "w_mxfp4_a_mxfp4", logits="ties"))
@@ -141,3 +146,38 @@ def test_activations_quantized_in_the_rows_activation_format(scheme, data):
 def test_every_float32_step_within_its_term(data):
     # harness/testing/checks/stages.py: the terms of the tolerance, one step at a time
     check_stages(data.draw(moe_problems(max_experts=16, max_tokens=64), label="problem"))
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(n_group=3), "n_group"),  # 8 experts in 3 groups
+    (dict(n_group=4, topk_group=5), "topk_group"),
+    (dict(n_group=4, topk_group=1, top_k=3), "top_k"),  # 2 experts per kept group
+    (dict(router_weight_on_input=True, top_k=2), "router_weight_on_input"),
+    (dict(scoring="softmax_topk", n_group=2), "softmax_topk"),
+    (dict(scoring="softmax_topk", e_score_correction_bias=torch.zeros(8)), "softmax_topk"),
+    (dict(e_score_correction_bias=torch.zeros(7)), "e_score_correction_bias"),
+    (dict(w13_bias=torch.zeros(8, 63), w2_bias=torch.zeros(8, 32)), "w13_bias"),
+    (dict(w13_bias=torch.zeros(8, 64)), "w2_bias"),
+    (dict(shared_w13=torch.zeros(64, 32), shared_w2=torch.zeros(32, 16)), "shared_w13"),
+    (dict(routed_scaling_factor=0.0), "routed_scaling_factor"),
+    (dict(scoring="tanh"), "scoring"),
+])
+def test_build_refuses_a_row_that_does_not_fit(kw, field):
+    g = torch.Generator().manual_seed(0)
+    w13, w2 = torch.randn(8, 64, 32, generator=g), torch.randn(8, 32, 32, generator=g)
+    args = {"top_k": 2, **kw}
+    with pytest.raises(ValueError, match=field):
+        hm.build_emulated_moe("w_mxfp4", w13, w2, **args)
+
+
+def test_nvfp4_shared_mlp_needs_its_own_activation_scales():
+    g = torch.Generator().manual_seed(0)
+    w13, w2 = torch.randn(4, 64, 32, generator=g), torch.randn(4, 32, 32, generator=g)
+    x, lg = torch.randn(5, 32, generator=g), torch.randn(5, 4, generator=g)
+    sw13, sw2 = torch.randn(64, 32, generator=g), torch.randn(32, 32, generator=g)
+    a1, a2, s1, s2 = hm.calibrate_activation_scales(w13, w2, x, lg, top_k=2, shared_w13=sw13, shared_w2=sw2)
+    with pytest.raises(ValueError, match="shared_a1_gscale"):
+        hm.build_emulated_moe("nvfp4", w13, w2, top_k=2, a1_gscale=a1, a2_gscale=a2, shared_w13=sw13, shared_w2=sw2)
+    moe = hm.build_emulated_moe("nvfp4", w13, w2, top_k=2, a1_gscale=a1, a2_gscale=a2, shared_w13=sw13,
+                                shared_w2=sw2, shared_a1_gscale=s1, shared_a2_gscale=s2)
+    assert moe.shared_quant_config.a1_gscale is not None and not torch.equal(moe.shared_quant_config.a2_gscale, a2)
