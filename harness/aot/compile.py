@@ -33,6 +33,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -353,19 +354,18 @@ def _init_worker(triton_cache: str):
     os.environ["TRITON_CACHE_DIR"] = triton_cache
 
 
-def _stop_pool(ex, grace_s: float = 5.0) -> None:
-    """SIGTERM to the pool's workers, `grace_s` for them to exit, then SIGKILL;
-    queued tasks are cancelled. Finished rows are already in the cache."""
-    procs = list((getattr(ex, "_processes", None) or {}).values())
+def _stop_pool(pool, grace_s: float = 5.0) -> None:
+    """Pool.terminate (it stops replacing workers first, then SIGTERM to each
+    and joins them); what is alive after `grace_s` gets SIGKILL. Finished rows
+    are already in the cache."""
+    procs = list(getattr(pool, "_pool", None) or [])
+    stopper = threading.Thread(target=pool.terminate, daemon=True)
+    stopper.start()
+    stopper.join(grace_s)
     for p in procs:
-        p.terminate()
-    end = time.monotonic() + grace_s
-    for p in procs:
-        p.join(max(0.0, end - time.monotonic()))
         if p.is_alive():
             p.kill()
-            p.join()
-    ex.shutdown(wait=False, cancel_futures=True)
+    stopper.join()
 
 
 def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_dir=None, progress=None,
@@ -404,21 +404,24 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
     try:
         if jobs > 1 and len(todo) > 1:
             import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
 
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(triton_cache,)) as ex:
-                try:
-                    with interrupt.deferred():  # workers start while the tasks are submitted: not cut in half
-                        results = ex.map(_compile_task, [(item, t) for _, _, _, item, t in todo], chunksize=4)
-                    for n, ((i, key, base, _, _), row) in enumerate(zip(todo, results)):
-                        _cache_put(cache, key, row)
-                        rows[i] = dict(base, **row, cached=False)
-                        if progress:
-                            progress(n + 1, len(todo))
-                except BaseException:  # interrupted (or a worker failed): no compile outlives the run
-                    _stop_pool(ex)
-                    raise
+            with interrupt.deferred():  # the workers start now: not cut in half while their setup is written
+                pool = ctx.Pool(jobs, initializer=_init_worker, initargs=(triton_cache,))
+            try:
+                results = pool.imap(_compile_task, [(item, t) for _, _, _, item, t in todo], chunksize=4)
+                for n, ((i, key, base, _, _), row) in enumerate(zip(todo, results)):
+                    _cache_put(cache, key, row)
+                    rows[i] = dict(base, **row, cached=False)
+                    if progress:
+                        progress(n + 1, len(todo))
+                pool.close()
+            except BaseException:  # interrupted (or a worker failed): no compile outlives the run
+                _stop_pool(pool)
+                raise
+            finally:
+                pool.terminate()
+                pool.join()
         else:
             for n, (i, key, base, item, t) in enumerate(todo):
                 row = compile_variant(_jit_for(item["kernel"]), item, TARGETS[t])

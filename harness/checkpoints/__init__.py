@@ -4,10 +4,14 @@ Modules (one job each):
   errors       -- CheckpointFormatError: one line naming file, tensor and expectation
   producers    -- the producer table: producer x scheme -> format, harness scheme, maker
   source       -- the bundled tiny MoE as producers see it, its hash, calibration text
-  cache        -- where made checkpoints are kept ($MOE_HARNESS_CACHE_DIR)
+  cache        -- where made checkpoints are kept ($MOE_HARNESS_CACHE_DIR): manifests,
+                  atomic versions, verification, reader locks
   make         -- `make_checkpoint(producer, scheme)`: run a maker, cache its folder
   make_*       -- one maker per producer library (llmcompressor, quark, modelopt, gpt-oss)
-  files        -- safetensors + config reading, expert tensor grouping
+  files        -- safetensors + config reading (through the index; a tensor in two files
+                  refused), expert tensor grouping
+  completeness -- every MoE layer x expert x projection x part against config.json
+  values       -- scale values checked on load (NaN, negative, zero, non-finite refused)
   detect       -- which producer format a folder holds (from its quantization config)
   read_*       -- one reader per format: producer tensors -> harness loader input
   load         -- folder -> {MoE block: MoEQuantConfig} through harness.moe.loaders

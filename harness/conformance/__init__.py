@@ -6,7 +6,8 @@ Modules: protocol (what an implementation declares and provides), registry
 (entry points, module:object, did-you-mean), families (inputs from the format
 table), exact (the spec in rational arithmetic), verdict (who is right),
 shrink (minimal failing block), divergences (+ divergences.yaml: the reviewed
-registry of known divergences), compare (one cell), runner (a whole run),
+registry of known divergences), compare (one cell), isolation (each implementation in a child process
+with time limits), runner (a whole run),
 report (JSON, markdown, heat map), command (the CLI), bench (`moe-harness
 bench conform`), check (the pytest plugin's `conformance.check`), adapters/
 (shipped implementations: reference, harness-triton, torchao, compressed-tensors,
