@@ -7,6 +7,7 @@ the same, byte for byte, from the same seed."""
 import pytest
 import torch
 
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
 from harness.lmeval import configs
 from harness.lmeval.config import load, resolve_model_dir
 from harness.lmeval.evaluate import Session, run_config

@@ -18,6 +18,9 @@ import harness.formats as hf
 import harness.moe as hm
 from harness.moe import reference as ref
 from harness.moe import tolerance as _tol
+from harness.moe.arch import FAMILIES
+from harness.moe.schemes import get_scheme
+from harness.strategies import MoEProblem
 
 F32, F64 = torch.float32, torch.float64
 U = _tol.U
@@ -223,16 +226,13 @@ def family_problem(family: str, scheme: str, **kw):
     (harness.moe.arch.FAMILIES: its routing kind, activation, biases, shared
     MLP; E=8, top_k <= 4, groups 4 of 2 keeping 2): a fixed case for checks and
     regressions. Keywords override fields of harness.strategies.MoEProblem."""
-    from harness.moe.arch import FAMILIES
-    from harness.strategies import MoEProblem
-
-    a = FAMILIES[family]
+    a, row = FAMILIES[family], get_scheme(scheme)
     base = dict(E=8, top_k=min(a.top_k, 4), H=64, I=32, T=7, seed=3, scoring=a.scoring, renormalize=a.renormalize,
-                activation=a.activation, logits="grid", ckpt="compressed_tensors" if scheme == "nvfp4" else "native",
+                activation=a.activation, logits="grid", ckpt="compressed_tensors" if row.two_level else "native",
                 n_group=4 if a.grouped else 1, topk_group=2 if a.grouped else 1,
                 routed_scaling=a.routed_scaling_factor, score_correction=a.score_correction,
                 weight_on_input=a.router_weight_on_input, expert_bias=0 if a.expert_bias else None,
-                shared=32 if a.shared_experts else 0, act_scale=0.0 if scheme == "w_mxfp4_a_fp8" else 1.0)
+                shared=32 if a.shared_experts else 0, act_scale=0.0 if row.act_per_tensor else 1.0)
     base.update(kw)
     return MoEProblem(scheme, **base)
 
