@@ -59,6 +59,6 @@ def test_bench_moe_refuses_bad_arguments_in_one_line(flag, value, message):
 
     p = argparse.ArgumentParser()
     bench.add_arguments(p)
-    args = p.parse_args(["--shapes", "tiny", "--tokens", "1", "--device", "cpu", f"--{flag}", value, "--no-report"])
+    args = p.parse_args(["--shapes", "tiny", "--tokens", "1", "--device", "cpu", f"--{flag}", value])
     with pytest.raises(SystemExit, match=message):
         bench.run(args)
