@@ -7,6 +7,7 @@ unwritable --reports, 130/143 when interrupted (the report of what finished
 is written and marked interrupted)."""
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import time
@@ -53,6 +54,9 @@ def _formats(arg):
 
 
 def main(args) -> int:
+    # CUDA availability through NVML: cudaGetDeviceCount would initialize the
+    # driver in this process, which no forked child could then use
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     if args.list:
         for n in available_names():
             print(n)
@@ -111,6 +115,7 @@ def _report(args, data, device, t0) -> int:
         print(f"SKIP  {s['name']}: {s['reason']}")
     for i in data["implementations"]:
         why = f" -- {i['error']}" if i.get("error") else ""
+        why += f" (ran {i['isolation']})" if i.get("isolation") else ""
         print(f"{'FAIL' if i['failed'] else 'PASS'}  {i['name']} {i['version']}: {i['cells']} cells, {i['seconds']} s{why}")
     if "interrupted" in data:
         print(f"INTERRUPTED ({data['interrupted']}) after {elapsed} s -- report of what finished: {rd.path}/summary.md",

@@ -47,6 +47,9 @@ def markdown(data: dict, meta: dict) -> str:
             tail = " ".join((i.get("output_tail") or "").split())[-300:]
             lines.append(f"- `{i['name']}`: **FAIL**: {i['error']}" + (f"; last output: `{tail}`" if tail else ""))
         lines.append("")
+    for i in data["implementations"]:
+        if i.get("isolation"):
+            lines += [f"- `{i['name']}` ran {i['isolation']}", ""]
     if data["skipped"]:
         lines += ["## Skipped implementations", ""]
         lines += [f"- `{s['name']}`: {s['reason']}" for s in data["skipped"]]

@@ -63,5 +63,18 @@ chatty = _impl("chatty", _doing(_chat))
 returns_nothing = _impl("returns-nothing", lambda x, fmt, mode, rounding, gs: None)
 
 
+def _exit_5_qdq(x, fmt, mode, rounding, gs):
+    os._exit(5)
+
+
+def _segv_qdq(x, fmt, mode, rounding, gs):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+# module-level functions only: these pickle (what a spawned child is given)
+picklable_exit = _impl("picklable-exit", _exit_5_qdq)
+picklable_segv = _impl("picklable-segv", _segv_qdq)
+
+
 def factory_raises():
     raise RuntimeError("this factory is broken")
