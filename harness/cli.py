@@ -8,6 +8,9 @@ import importlib
 import os
 import sys
 
+from harness import __version__
+from harness.commands import convention
+
 # libgomp (torch's CPU thread pool) spins ~300k iterations before a waiting
 # thread sleeps. With the cores busy elsewhere, `moe-harness eval` of one
 # producer config at 2 threads took 140 s instead of 10 s; spinning 10k
@@ -39,31 +42,48 @@ def _load(module: str):
     return importlib.import_module(module)
 
 
-def build_parser(argv) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="moe-harness", description=__doc__.split("\n")[0])
+def _wire(p: argparse.ArgumentParser, module: str) -> None:
+    """The command's own arguments, then the convention on every leaf parser."""
+    mod = _load(module)
+    mod.add_arguments(p)
+    leaves = [leaf for _, leaf in convention.leaf_parsers(p)]
+    for leaf in leaves:
+        convention.add_common(leaf)
+    if leaves != [p]:  # a command of subcommands: its own --help lists the codes too
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+        p.epilog = convention.exit_codes_text()
+    p.set_defaults(_module=mod)
+
+
+def build_parser(argv, load_all: bool = False) -> argparse.ArgumentParser:
+    """The parser; only the chosen command's module is imported (its parser
+    needs it), every module with `load_all` (suites/test_cli_convention.py)."""
+    parser = argparse.ArgumentParser(prog="moe-harness", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=convention.exit_codes_text() + "\n\nmoe-harness COMMAND --help: "
+                                     "each command's options (every one takes --reports DIR, -q, -v)")
+    parser.add_argument("--version", action="version", version=f"moe-harness {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    # Only the chosen command's module is imported (its parser needs it).
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_)
-        if name == chosen:
-            _load(module).add_arguments(p)
-            p.set_defaults(_main=_load(module).main)
+        p = sub.add_parser(name, help=help_, description=help_)
+        if name == chosen or load_all:
+            _wire(p, module)
     bench = sub.add_parser("bench", help="benchmarks (JSON to stdout and reports/)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     bench_chosen = argv[argv.index("bench") + 1] if chosen == "bench" and len(argv) > argv.index("bench") + 1 else None
     for name, (module, help_) in BENCHES.items():
-        p = bench_sub.add_parser(name, help=help_)
-        if name == bench_chosen:
-            _load(module).add_arguments(p)
-            p.set_defaults(_main=_load(module).main)
+        p = bench_sub.add_parser(name, help=help_, description=help_)
+        if name == bench_chosen or load_all:
+            _wire(p, module)
     return parser
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
-    return int(args._main(args) or 0)
+    words = [args.command] + [getattr(args, k) for k in ("bench", "action", "pipeline_command") if getattr(args, k, None)]
+    return convention.run_with_report(args._module, args, words)
 
 
 if __name__ == "__main__":

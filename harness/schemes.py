@@ -95,6 +95,7 @@ _ROWS = (
     _mx("w_mxfp6_e3m2_a_mxfp6_e3m2", "mxfp6_e3m2", "mxfp6_e3m2", "mxfp6_e3m2"),
     _mx("w_mxfp6_e2m3_a_mxfp6_e2m3", "mxfp6_e2m3", "mxfp6_e2m3", "mxfp6_e2m3"),
     _mx("w_mxfp8", "mxfp8_e4m3", None, None),
+    _mx("w_mxfp4", "mxfp4", None, None),  # W4A16, what gpt-oss runs: MXFP4 weights, bf16 activations
 )
 
 SCHEMES: dict[str, Scheme] = {row.name: row for row in _ROWS}

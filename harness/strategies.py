@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from hypothesis import strategies as st
 
 from harness.formats import FORMATS, NVFP4_GS_NUMERATOR, ROUNDINGS, SCALE_MODES, decode_value, get_format
 from harness.formats.spec import FormatSpec
+from harness.moe.arch import ROUTING_ROWS, MoEArch
 from harness.moe.schemes import SCHEME_NAMES
 from harness.moe.schemes import get_scheme
 
@@ -195,10 +197,22 @@ def finite_float32(draw, lo_exp: int = -149, hi_exp: int = 127):
 # Activation scales: nvfp4 a1/a2_gscale calibrated (2688/amax of the unquantized
 # float64 forward's GEMM inputs) times `act_scale`; fp8 static decode-side
 # scales amax/448 times 1/act_scale, or dynamic (None) when act_scale == 0.
+#
+# Architecture (harness.moe.arch): a routing row of ROUTING_ROWS is drawn (a new
+# row is drawn without touching this file): its scorings, group-limited
+# selection (n_group a divisor of E, topk_group, top_k <= the kept groups'
+# experts), a score-correction bias (multiples of 1/32 in [-1/2, 1/2]; with
+# "ties" logits multiples of 1/4 in [0, 1/4]: exact ties of the float32 keys),
+# a routed scaling factor, the router weight on the input (top_k 1).
+# Independently: expert biases (randn * 2^expert_bias; None = none) and a shared
+# MLP of intermediate size `shared` (0 = none). Their tensors are drawn after
+# the others, so a problem without them has the tensors it always had.
 
 MOE_BLOCK = max(f.block_size for f in FORMATS.values())  # a multiple of every block size (nvfp4 16, MX 32)
 MOE_LOGIT_STYLES = ("grid", "ties", "extreme", "distinct")
 MOE_ACT_SCALES = (1.0, 0.37, 2.9)  # calibration factor (1 = calibrated)
+MOE_ROUTED_SCALINGS = (2.5, 0.37, 16.0)  # DeepSeek-V3's 2.5, and far from 1 both ways
+MOE_BIAS_EXPS = (-4, 0, 3)  # expert-bias magnitudes 2^e relative to the GEMM outputs (~1)
 
 
 def _moe_scheme_names():
@@ -215,6 +229,11 @@ class MoETensors:
     router_logits: torch.Tensor  # float32 [T, E]
     w13: torch.Tensor  # float32 [E, 2I, H], gate then up
     w2: torch.Tensor  # float32 [E, H, I]
+    e_score_correction_bias: Optional[torch.Tensor] = None  # float32 [E]
+    w13_bias: Optional[torch.Tensor] = None  # float32 [E, 2I]
+    w2_bias: Optional[torch.Tensor] = None  # float32 [E, H]
+    shared_w13: Optional[torch.Tensor] = None  # float32 [2S, H]
+    shared_w2: Optional[torch.Tensor] = None  # float32 [H, S]
 
 
 @dataclass(frozen=True)
@@ -235,14 +254,37 @@ class MoEProblem:
     act_scale: float = 1.0  # nvfp4 gscale factor; fp8: 0 = dynamic, else static
     token_spread: int = 2  # token magnitudes 2^[-token_spread, 2]
     dtype: str = "float32"  # hidden's dtype: "float32" | "bfloat16"
+    # architecture (harness.moe.arch.MoEArch; defaults: none of it)
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling: float = 1.0
+    score_correction: bool = False
+    weight_on_input: bool = False
+    expert_bias: Optional[int] = None  # biases randn * 2^expert_bias; None = no biases
+    shared: int = 0  # shared MLP intermediate size S; 0 = no shared experts
+
+    _ARCH_DEFAULTS = (("n_group", 1), ("topk_group", 1), ("routed_scaling", 1.0), ("score_correction", False),
+                      ("weight_on_input", False), ("expert_bias", None), ("shared", 0))
 
     def __repr__(self):
+        extra = "".join(f", {name}={getattr(self, name)!r}" for name, default in self._ARCH_DEFAULTS
+                        if getattr(self, name) != default)
         return (
             f"MoEProblem({self.scheme!r}, E={self.E}, top_k={self.top_k}, H={self.H}, I={self.I}, "
             f"T={self.T}, seed={self.seed}, scoring={self.scoring!r}, renormalize={self.renormalize}, "
             f"activation={self.activation!r}, logits={self.logits!r}, spread={self.spread}, "
-            f"ckpt={self.ckpt!r}, act_scale={self.act_scale}, token_spread={self.token_spread}, dtype={self.dtype!r})"
+            f"ckpt={self.ckpt!r}, act_scale={self.act_scale}, token_spread={self.token_spread}, dtype={self.dtype!r}"
+            f"{extra})"
         )
+
+    @property
+    def arch(self) -> MoEArch:
+        """The layer's architecture row."""
+        return MoEArch(top_k=self.top_k, scoring=self.scoring, renormalize=self.renormalize,
+                       activation=self.activation, n_group=self.n_group, topk_group=self.topk_group,
+                       routed_scaling_factor=self.routed_scaling, score_correction=self.score_correction,
+                       router_weight_on_input=self.weight_on_input, expert_bias=self.expert_bias is not None,
+                       shared_experts=self.shared > 0)
 
     def _repr_pretty_(self, p, cycle):  # hypothesis' failure printout: the one-line recipe
         p.text(repr(self))
@@ -262,7 +304,22 @@ class MoEProblem:
         e2 = torch.randint(-s, s + 1, (E, 1, 1), generator=g).float()
         w13 = torch.randn(E, 2 * I, H, generator=g) / math.sqrt(H) * torch.ldexp(torch.ones(E, 1, 1), e13)
         w2 = torch.randn(E, H, I, generator=g) / math.sqrt(I) * torch.ldexp(torch.ones(E, 1, 1), e2)
-        return MoETensors(hidden, self._logits(g), w13, w2)
+        t = MoETensors(hidden, self._logits(g), w13, w2)
+        # The architecture's tensors come after: a problem without them keeps its tensors.
+        if self.score_correction:
+            if self.logits == "ties":
+                t.e_score_correction_bias = torch.randint(0, 2, (E,), generator=g).float() / 4
+            else:
+                t.e_score_correction_bias = torch.randint(-16, 17, (E,), generator=g).float() / 32
+        if self.expert_bias is not None:
+            f = math.ldexp(1.0, self.expert_bias)
+            t.w13_bias = torch.randn(E, 2 * I, generator=g) * f
+            t.w2_bias = torch.randn(E, H, generator=g) * f
+        if self.shared:
+            S = self.shared
+            t.shared_w13 = torch.randn(2 * S, H, generator=g) / math.sqrt(H)
+            t.shared_w2 = torch.randn(H, S, generator=g) / math.sqrt(S)
+        return t
 
     def _logits(self, g) -> torch.Tensor:
         T, E = self.T, self.E
@@ -282,24 +339,41 @@ class MoEProblem:
         return grid
 
 
+def _divisors(n: int) -> list:
+    return [d for d in range(2, n + 1) if n % d == 0]
+
+
 @st.composite
 def moe_problems(draw, scheme=None, *, max_experts: int = 64, max_tokens: int = 256, max_hidden: int = 2,
-                 max_inter: int = 2, logits=None, activation=None, scoring=None, schemes=None):
+                 max_inter: int = 2, logits=None, activation=None, scoring=None, schemes=None, routings=None,
+                 extras: bool = True):
     """A `MoEProblem`; sizes are drawn first so failures shrink to small problems.
 
     H = 32 * [1..max_hidden], I = 32 * [1..max_inter] (32 = a multiple of every
     block size). T in [0, max_tokens], mostly small (a quarter of draws use the
-    full range)."""
+    full range). `routings`: names of harness.moe.arch.ROUTING_ROWS to draw
+    from (default all; plain "topk" in a third of draws); `scoring` keeps the
+    rows that take it. `extras`: expert biases and shared experts drawn too."""
     E = draw(st.integers(1, max_experts))
-    top_k = draw(st.integers(1, min(E, 8)))
+    names = tuple(routings) if routings is not None else tuple(ROUTING_ROWS)
+    rows = [ROUTING_ROWS[n] for n in names if scoring is None or scoring in ROUTING_ROWS[n].scorings]
+    if not rows:
+        raise ValueError(f"no routing row of {names} takes scoring {scoring!r}")
+    weighted = rows + [r for r in rows if r.name == "topk"] * max(1, len(rows) // 2 - 1)
+    row = draw(st.sampled_from(weighted))
+    n_group, topk_group = 1, 1
+    if row.grouped and E > 1:
+        n_group = draw(st.sampled_from(_divisors(E)))
+        topk_group = draw(st.integers(1, n_group))
+    top_k = 1 if row.weight_on_input else draw(st.integers(1, min(E, 8, topk_group * (E // n_group))))
     H = MOE_BLOCK * draw(st.integers(1, max_hidden))
     I = MOE_BLOCK * draw(st.integers(1, max_inter))
     T = draw(st.one_of(st.integers(0, min(16, max_tokens)), st.integers(0, max_tokens)))
     if scheme is None:
         scheme = draw(st.sampled_from(tuple(schemes or _moe_scheme_names())))
     seed = draw(st.integers(0, 2**31 - 1))
-    scoring = scoring or draw(st.sampled_from(("softmax", "sigmoid")))
-    renormalize = draw(st.booleans())
+    scoring = scoring or draw(st.sampled_from(row.scorings))
+    renormalize = row.renormalize if row.renormalize is not None else draw(st.booleans())
     activation = activation or draw(st.sampled_from(("silu", "swiglu_clamp")))
     style = logits or draw(st.sampled_from(MOE_LOGIT_STYLES))
     spread = draw(st.sampled_from((0, 2, 6)))
@@ -307,12 +381,19 @@ def moe_problems(draw, scheme=None, *, max_experts: int = 64, max_tokens: int = 
     dtype = draw(st.sampled_from(("float32", "float32", "float32", "bfloat16")))  # bf16 in 1/4 of draws:
     # its output rounding (2^-9 relative) dominates the tolerance, so it tests less
     ckpt, act_scale = "native", 1.0
-    row = _moe_scheme(scheme)
-    if row.two_level:
+    row_s = _moe_scheme(scheme)
+    if row_s.two_level:
         ckpt = draw(st.sampled_from(("modelopt", "compressed_tensors")))
         act_scale = draw(st.sampled_from(MOE_ACT_SCALES))
-    elif row.act_per_tensor:
+    elif row_s.act_per_tensor:
         act_scale = draw(st.sampled_from((0.0,) + MOE_ACT_SCALES))
+    routed_scaling = draw(st.sampled_from(MOE_ROUTED_SCALINGS)) if row.routed_scaling else 1.0
+    expert_bias, shared = None, 0
+    if extras:
+        expert_bias = draw(st.sampled_from((None, None) + MOE_BIAS_EXPS))
+        shared = draw(st.sampled_from((0, 0, MOE_BLOCK, 2 * MOE_BLOCK)))
     return MoEProblem(scheme, E, top_k, H, I, T, seed, scoring, renormalize, activation, style, spread,
-                      ckpt, act_scale, token_spread, dtype)
+                      ckpt, act_scale, token_spread, dtype, n_group=n_group, topk_group=topk_group,
+                      routed_scaling=routed_scaling, score_correction=row.score_correction,
+                      weight_on_input=row.weight_on_input, expert_bias=expert_bias, shared=shared)
 # ==== end of moe_problems ====

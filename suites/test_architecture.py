@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import grimp
 import pytest
+
+grimp = pytest.importorskip("grimp", reason="grimp comes with import-linter, a [test] extra: pip install -e '.[test]'")
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -5,8 +5,8 @@ python -m tools.decode_sweep --shapes mixtral,qwen3-30b-a3b --out sweep.json
 Per shape, scheme (w_mxfp4_a_mxfp4, nvfp4), GEMM (w13, w2) and T (1, 16):
 one GEMM launch (precision bf16, mode fused) timed by CUDA-graph replay
 (10 launches per graph, median of 7 replays) at 1, 2 and 4 splits, at the
-split `fused_gemm.split_k` picks ("auto"; every column starts from the
-tile the table picks, BLOCK_K 128 for K <= SHORT_K_MAX), with BLOCK_N 64 / BLOCK_K 128,
+split `launch_config.select_launch` picks ("auto"; every column starts from
+the tile the table picks, BLOCK_K 128 for K <= SHORT_K_MAX), with BLOCK_N 64 / BLOCK_K 128,
 with the bf16 decode off ("no_bf16_decode") and the byte decode off too
 ("no_byte_decode"); per weight tensor the dequant-only pass (mode
 predequant) as the table has it, with the bf16 decode on, and with the
@@ -22,6 +22,10 @@ import torch
 
 import harness.moe as hm
 from harness.kernels import fused_gemm as fused
+from harness.kernels import launch_config as lc
+from harness.kernels.fused_weights import FusedWeights
+from harness.kernels.pair_layout import pair_layout
+from harness.kernels.split_k import sm_count
 from harness.moe import limits
 from harness.commands.bench.moe import SHAPES
 
@@ -48,7 +52,7 @@ def sweep(shape: str, dev) -> list:
     for scheme in ("w_mxfp4_a_mxfp4", "nvfp4"):
         for name, w in weights.items():
             q, gs = hm.quantize_expert_weights(w, scheme)
-            fw = fused.FusedWeights.from_quantized(q, gs, precisions=("bf16",))
+            fw = FusedWeights.from_quantized(q, gs, precisions=("bf16",))
             del q  # codes unpacked: only the kernel format is kept
             deq = dict(shape=shape, scheme=scheme, gemm=name)
             # Two interleaved rounds, the second kept: whichever variant runs
@@ -63,18 +67,19 @@ def sweep(shape: str, dev) -> list:
             for T in (1, 16):
                 ids = torch.topk(torch.randn(T, E, generator=g, device=dev), k, dim=1).indices.reshape(-1)
                 x = torch.randn(T * k, fw.K, generator=g, device=dev).to(torch.bfloat16).float()
-                layout = fused.pair_layout(ids, E)
+                layout = pair_layout(ids, E)
                 a_gs = torch.tensor(300.0, device=dev)
 
                 def run(cfg):
                     return fused._moe_gemm_impl(x, ids, fw, precision="bf16", a_gscale=a_gs, config=cfg,
                                                 mode="fused", layout=layout)
                 # the launch the table picks for this GEMM ("small", or "small_short_k" for a short K)
-                meta = fused.gemm_meta(1, fw.fmt, bf16=True, has_post=fw.post_bf16 is not None, block_m=layout[2],
-                                       n=fw.N, k=fw.K, interpret=False)
-                base = {kk: meta[kk] for kk in ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages") + fused.DECODE_FLAGS
-                        if kk in meta}
-                auto = fused.split_k(T * k, E, -(-fw.N // base["BLOCK_N"]), fw.K, layout[2], base["BLOCK_K"], dev)
+                chosen = lc.select_launch("gemm", lc.vendor_of(dev), kind=1, fmt=fw.fmt, bf16=True,
+                                          has_post=fw.post_bf16 is not None, block_m=layout[2], n=fw.N, k=fw.K,
+                                          pairs=T * k, experts=E, sm_count=sm_count(dev))
+                base = {kk: getattr(chosen, kk) for kk in ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+                        + lc.DECODE_FLAGS if getattr(chosen, kk) is not None}
+                auto = chosen.SPLIT_K
                 row = dict(shape=shape, scheme=scheme, gemm=name, T=T, N=fw.N, K=fw.K,
                            experts=int(torch.unique(ids).numel()), auto_split=auto)
                 for splits in (1, 2, 4):

@@ -66,6 +66,8 @@ def capture_and_compile(dev) -> dict:
 def gemm_contract(dev) -> dict:
     import harness.moe as hm
     from harness.kernels import fused_gemm as fused
+    from harness.kernels.error_bound import c_prec, gemm_error_bound
+    from harness.kernels.fused_weights import FusedWeights
     from harness.moe import ops
     from harness.moe.experts import _grouped_gemm_unfused
 
@@ -80,7 +82,7 @@ def gemm_contract(dev) -> dict:
     for scheme in ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp6_e3m2_a_mxfp6_e3m2", "w_mxfp8"):
         s = hm.get_scheme(scheme)
         q, gs = hm.quantize_expert_weights(w13, s)
-        fw = fused.FusedWeights.from_quantized(q, gs)
+        fw = FusedWeights.from_quantized(q, gs)
         deq = ops.dequantize_expert_weights(q, gs, backend="torch")
         res[f"{scheme}.dequant_bitwise"] = bool(torch.equal(fused.fused_dequantize(fw).view(torch.int32),
                                                             deq.view(torch.int32)))
@@ -95,7 +97,7 @@ def gemm_contract(dev) -> dict:
         yu = _grouped_gemm_unfused(xs, ids, deq)
         for prec in ("ieee", "bf16"):
             yf = fused.moe_gemm(xs, ids, fw, precision=prec, a_gscale=a_gs)
-            bound = fused.gemm_error_bound(xs, ids, deq, c=fused.c_prec(s, prec))
+            bound = gemm_error_bound(xs, ids, deq, c=c_prec(s, prec))
             ratio = float(((yf - yu).abs().double() / bound.clamp_min(1e-300)).max())
             res[f"{scheme}.{prec}.err_vs_bound"] = ratio
     return res
@@ -104,6 +106,7 @@ def gemm_contract(dev) -> dict:
 def int64_offsets(dev) -> dict:
     """Expert weights past 2^31 bytes: the last expert's rows must be right."""
     from harness.kernels import fused_gemm as fused
+    from harness.kernels.fused_weights import FusedWeights
     from harness.moe import ops
     import harness.formats as hf
 
@@ -115,7 +118,7 @@ def int64_offsets(dev) -> dict:
     full_mult = torch.empty(E, N, K // 32, dtype=torch.float32, device=dev)
     for e in range(E):
         full_mult[e] = hf.e8m0_to_float(scales[e])
-    fw = fused.FusedWeights(1, packed, full_mult, full_mult, None, "mxfp4", E, N, K)
+    fw = FusedWeights(1, packed, full_mult, full_mult, None, "mxfp4", E, N, K)
     x = torch.randn(16, K, device=dev, generator=g)
     ids = torch.full((16,), E - 1, dtype=torch.int64, device=dev)
     y = fused.moe_gemm(x, ids, fw, precision="ieee")[:, :256]
@@ -181,13 +184,12 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
     res: dict = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__}
-    from harness.kernels.fused_gemm import launch_tables
+    from harness.kernels import launch_config as lc
 
-    res["fused_launch_tables"] = launch_tables()
+    res["fused_launch_tables"] = lc.launch_tables()
     from harness.commands.run.moe import run_checks
 
     if a.tune:
-        from harness.kernels import fused_gemm as fused
         from tools import tune
 
         _guard(res, "dequant_exactness", lambda: tune.dequant_exactness(dev))
@@ -198,16 +200,15 @@ def main(argv=None) -> int:
         best = res.get("tune", {}).get("best") if isinstance(res.get("tune"), dict) else None
         if best:
             for cls, cfg in best.items():
-                fused.GPU_CONFIGS[cls] = dict(cfg)
-        res["gpu_configs_used"] = fused.GPU_CONFIGS
+                lc.set_row("GPU_CONFIGS", cls, lc.LaunchRow(**cfg))
+        res["gpu_configs_used"] = {row: cfg.settings() for row, cfg in lc.GPU_CONFIGS.items()}
 
     steps = set(a.steps.split(","))
     if "tune_predequant" in steps:
-        from harness.kernels import fused_gemm as fused
         from tools import tune
 
         _guard(res, "tune_predequant", lambda: tune.tune_predequant(dev))
-        res["gpu_configs_used"] = fused.GPU_CONFIGS
+        res["gpu_configs_used"] = {row: cfg.settings() for row, cfg in lc.GPU_CONFIGS.items()}
         _dump(out, "smoke.json", res)
     if "profile" in steps:
         _guard(res, "profile", lambda: profile_forward(dev))

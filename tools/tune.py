@@ -1,9 +1,12 @@
 """Measure launch configurations of the fused MoE GEMM on the GPU
 (`python -m tools.tune`): decode/load variants, then tiles, on the
 Mixtral GEMM1 shape at T=4096 (BLOCK_M 128) and T=16 (BLOCK_M 16). Prints
-JSON; `best` is what fused_gemm.GPU_CONFIGS should hold."""
+JSON; `best` is what launch_config.GPU_CONFIGS should hold. Mode
+"predequant"'s rows are measured through launch_config.set_row, the
+process-wide override, since moe_gemm's `config` reaches only its GEMM."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
@@ -11,6 +14,9 @@ import sys
 import torch
 
 from harness.commands.bench.moe import _time as _bench_time
+from harness.kernels import fused_gemm as fused
+from harness.kernels import launch_config as lc
+from harness.kernels.fused_weights import FusedWeights
 
 FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE", "BF16_DECODE")
 TILES = {
@@ -26,7 +32,6 @@ def _ms(fn, iters=10, warmup=2):
 
 def dequant_exactness(dev) -> dict:
     import harness.moe as hm
-    from harness.kernels import fused_gemm as fused
     from harness.moe import ops
 
     g = torch.Generator(device=dev).manual_seed(3)
@@ -36,7 +41,7 @@ def dequant_exactness(dev) -> dict:
     out = {}
     for s in ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp6_e3m2_a_mxfp6_e3m2", "w_mxfp6_e2m3_a_mxfp6_e2m3", "w_mxfp8"):
         q, gs = hm.quantize_expert_weights(w, s)
-        fw = fused.FusedWeights.from_quantized(q, gs)
+        fw = FusedWeights.from_quantized(q, gs)
         ref = ops.dequantize_expert_weights(q, gs, backend="torch").view(torch.int32)
         for fast in (False, True):
             d = fused.fused_dequantize(fw, {"FAST_DECODE": fast}).view(torch.int32)
@@ -46,7 +51,6 @@ def dequant_exactness(dev) -> dict:
 
 def tune(dev, fast_decode_ok: bool = True) -> dict:
     import harness.moe as hm
-    from harness.kernels import fused_gemm as fused
 
     E, k, H, I = 8, 2, 4096, 14336
     g = torch.Generator(device=dev).manual_seed(0)
@@ -55,14 +59,14 @@ def tune(dev, fast_decode_ok: bool = True) -> dict:
     fws = {}
     for s in ("w_mxfp4_a_mxfp4", "nvfp4"):
         q, gs = hm.quantize_expert_weights(w13, s)
-        fws[s] = (fused.FusedWeights.from_quantized(q, gs), gs)
+        fws[s] = (FusedWeights.from_quantized(q, gs), gs)
         del q
-    fw_bf16 = fused.FusedWeights.from_float(w13)
+    fw_bf16 = FusedWeights.from_float(w13)
     for cls, T in (("large", 4096), ("small", 16)):
         x = torch.randn(T * k, H, generator=g, device=dev).to(torch.bfloat16).float()
         ids = torch.randint(0, E, (T * k,), generator=g, device=dev)
         a_gs = torch.tensor(500.0, device=dev)
-        base = dict(fused.GPU_CONFIGS[cls])
+        base = lc.GPU_CONFIGS[cls].settings()
         fw = fws["w_mxfp4_a_mxfp4"][0]
         # cuBLAS bf16 reference of the same grouped GEMM (per expert, sorted rows)
         order = torch.argsort(ids)
@@ -115,44 +119,47 @@ FLOAT_TILES = [(128, 64, 8, 3), (128, 128, 8, 3), (256, 64, 8, 3), (128, 64, 4, 
 DEQUANT_TILES = [(32, 256, 4, 2), (64, 128, 4, 3), (16, 512, 4, 2)]
 
 
+def _set_tile(row: str, bn: int, bk: int, nw: int, ns: int) -> None:
+    """GPU_CONFIGS[row] with this tile for the rest of the process (its flags kept)."""
+    lc.set_row("GPU_CONFIGS", row, dataclasses.replace(lc.GPU_CONFIGS[row], BLOCK_N=bn, BLOCK_K=bk, num_warps=nw,
+                                                       num_stages=ns))
+
+
 def tune_predequant(dev) -> dict:
     """Tiles of mode "predequant" (dequant pass + grouped GEMM on bf16 weights),
     Mixtral GEMM1 at T=4096, MXFP4."""
     import harness.moe as hm
-    from harness.kernels import fused_gemm as fused
 
     E, k, H, I, T = 8, 2, 4096, 14336, 4096
     g = torch.Generator(device=dev).manual_seed(0)
     w13 = (torch.randn(E, 2 * I, H, generator=g, device=dev) * H ** -0.5).to(torch.bfloat16)
     q, _ = hm.quantize_expert_weights(w13, "w_mxfp4_a_mxfp4")
-    fw = fused.FusedWeights.from_quantized(q, None)
+    fw = FusedWeights.from_quantized(q, None)
     del q
     x = torch.randn(T * k, H, generator=g, device=dev).to(torch.bfloat16).float()
     ids = torch.randint(0, E, (T * k,), generator=g, device=dev)
     res = {}
     dq = {}
     for bn, bk, nw, ns in DEQUANT_TILES:
-        fused.GPU_CONFIGS["dequant"].update(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+        _set_tile("dequant", bn, bk, nw, ns)
         dq[(bn, bk, nw, ns)] = _ms(lambda: fused._dequantize(fw, torch.bfloat16, fw.mult_bf16))
         res[f"dequant.{bn}x{bk}.w{nw}.s{ns}"] = dq[(bn, bk, nw, ns)]
-    bn, bk, nw, ns = min(dq, key=dq.get)
-    fused.GPU_CONFIGS["dequant"].update(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+    _set_tile("dequant", *min(dq, key=dq.get))
     gm = {}
     for bn, bk, nw, ns in FLOAT_TILES:
-        fused.GPU_CONFIGS["large_float"] = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+        _set_tile("large_float", bn, bk, nw, ns)
         try:
             gm[(bn, bk, nw, ns)] = _ms(lambda: fused.moe_gemm(x, ids, fw, precision="bf16", mode="predequant"))
         except Exception as exc:
             gm[(bn, bk, nw, ns)] = float("inf")
             res[f"error.{(bn, bk, nw, ns)}"] = str(exc)[:300]
         res[f"predequant.{bn}x{bk}.w{nw}.s{ns}"] = gm[(bn, bk, nw, ns)]
-    bn, bk, nw, ns = min(gm, key=gm.get)
-    fused.GPU_CONFIGS["large_float"] = dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+    _set_tile("large_float", *min(gm, key=gm.get))
     res["fused.large"] = _ms(lambda: fused.moe_gemm(x, ids, fw, precision="bf16", mode="fused"))
     fw = w13 = None  # free the GPU memory before empty_cache
     torch.cuda.empty_cache()
-    return {"timings_ms": res, "best": {"dequant": dict(fused.GPU_CONFIGS["dequant"]),
-                                        "large_float": dict(fused.GPU_CONFIGS["large_float"])}}
+    return {"timings_ms": res, "best": {"dequant": lc.GPU_CONFIGS["dequant"].settings(),
+                                        "large_float": lc.GPU_CONFIGS["large_float"].settings()}}
 
 
 if __name__ == "__main__":

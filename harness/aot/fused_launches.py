@@ -2,11 +2,12 @@
 their host code can make, registered for the ahead-of-time compile check
 (harness.aot.registry).
 
-Built from the same tables and helpers the launchers use (fused_gemm.gemm_meta,
-fused_gemm.dequant_meta, GPU_CONFIGS, BLOCK_MS, fused_act's *_META): for every
-weight format of the format table (and float weights for the "bf16"
-baseline), precision "ieee" and "bf16", every BLOCK_M class, mode "fused"
-and both launches of mode "predequant", masked and unmasked N/K tails.
+Built from the selector the launcher calls (launch_config.select_launch, on
+the vendor of the backend) and fused_act's *_META: for every weight format
+of the format table (and float weights for the "bf16" baseline), precision
+"ieee" and "bf16", every BLOCK_M class (pair_layout.BLOCK_MS), mode "fused"
+(with a short K loop where the tables have a row for it) and both launches
+of mode "predequant", masked and unmasked N/K tails.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import torch
 from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
 from harness.kernels import fused_act, fused_gemm
+from harness.kernels.launch_config import SHORT_K_MAX, select_launch
+from harness.kernels.pair_layout import BLOCK_MS
 from harness.aot.emulation_launches import ptr
 from harness.aot.registry import Variant, bind, register
 from harness.kernels import moe_align
@@ -44,42 +47,43 @@ def weight_formats():
 
 def gemm_variants(backend: str):
     k = fused_gemm._kernel(False)
-    rocm = backend == "hip"
+    vendor = "rocm" if backend == "hip" else "cuda"
+
+    def launch(name, **kw):
+        return select_launch(name, vendor, n=0, **kw)
+
     for prec in ("ieee", "bf16"):
         bf16 = prec == "bf16"
         x_dt = torch.bfloat16 if bf16 else torch.float32
-        for bm in fused_gemm.BLOCK_MS:
+        for bm in BLOCK_MS:
             for even in (True, False):
                 tail = "even" if even else "masked"
+                ov = {"EVEN_NK": even}
                 for fmt in weight_formats():
                     post = bf16 and get_format(fmt).has_global_scale  # post_bf16: 1/(gs_w * gs_a) after the dot
                     # mode "fused": codes decoded in the K loop
-                    meta = fused_gemm.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
-                                           config={"EVEN_NK": even}, rocm=rocm)
-                    yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, torch.uint8), meta)
-                    if bm < 64 and not (rocm and not bf16):  # a short K loop (gemm_meta's choice below SHORT_K_MAX)
-                        meta = fused_gemm.gemm_meta(1, fmt, bf16=bf16, has_post=post, block_m=bm, n=0,
-                                                    k=fused_gemm.SHORT_K_MAX, interpret=False,
-                                                    config={"EVEN_NK": even}, rocm=rocm)
+                    fused = launch("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, k=0, override=ov)
+                    yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, torch.uint8),
+                                   fused.meta())
+                    short = launch("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, k=SHORT_K_MAX,
+                                   override=ov)
+                    if short.row != fused.row:  # a short K loop (K <= SHORT_K_MAX) takes a row of its own
                         yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.shortk", _gemm_types(x_dt, torch.uint8),
-                                       meta)
+                                       short.meta())
                     # mode "predequant": the dequant-only pass, then the GEMM on the float scratch
-                    if bm == fused_gemm.BLOCK_MS[0]:
-                        meta = fused_gemm.dequant_meta(1, fmt, n=0, k=0, interpret=False, config={"EVEN_NK": even},
-                                                       bf16_out=bf16)
+                    if bm == BLOCK_MS[0]:
+                        meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov).meta()
                         types = dict(_gemm_types(x_dt, torch.uint8), x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt),
                                      block_expert_ptr=ptr(x_dt), post_ptr=ptr(x_dt), gs_ptr=ptr(x_dt), out_ptr=ptr(x_dt))
                         yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)
-                    kind = "large_float" if bm >= 64 else "small"
-                    meta = fused_gemm.gemm_meta(0, None, bf16=bf16, has_post=post, block_m=bm, n=0, k=0, interpret=False,
-                                           config={"EVEN_NK": even}, cfg_kind=kind, rocm=rocm,
-                                           w_bytes=x_dt.itemsize)
+                    meta = launch("scratch_gemm", kind=0, bf16=bf16, has_post=post, block_m=bm, k=0,
+                                  w_bytes=x_dt.itemsize, override=ov).meta()
                     yield _variant(k, f"predequant.gemm.{prec}.bm{bm}.{tail}" + (".post" if post else ""),
                                    _gemm_types(x_dt, x_dt), meta)
                 # float weights as given (scheme "bf16", FusedWeights.from_float)
                 for w_dt in FLOAT_DTYPES:
-                    meta = fused_gemm.gemm_meta(0, None, bf16=bf16, has_post=False, block_m=bm, n=0, k=0, interpret=False,
-                                           config={"EVEN_NK": even}, rocm=rocm, w_bytes=w_dt.itemsize)
+                    meta = launch("gemm", kind=0, bf16=bf16, block_m=bm, k=0, w_bytes=w_dt.itemsize,
+                                  override=ov).meta()
                     yield _variant(k, f"float.w{_DT[w_dt]}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, w_dt), meta)
 
 

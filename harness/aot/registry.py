@@ -1,8 +1,8 @@
 """Registry of every Triton kernel and every GPU launch configuration the
 host code can pick, for the ahead-of-time compile check (`moe-harness targets`).
 
-A module beside each launcher registers its kernels (launch_aot.py for
-launch.py; fused_aot.py for fused_gemm.py and fused_act.py):
+A module per family of launchers registers its kernels (emulation_launches.py
+for launch.py; fused_launches.py for fused_gemm.py and fused_act.py):
 
     registry.register("qdq_kernel", lambda: kernels(False).qdq_kernel, qdq_variants)
 

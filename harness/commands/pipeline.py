@@ -52,16 +52,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--check", action="store_true", help="exit 1 if the committed file differs; write nothing")
 
 
+def OWN_REPORT(args) -> bool:
+    """`run` and `junit-annotate` write their own report folder (under --reports)."""
+    return args.pipeline_command in ("run", "junit-annotate")
+
+
+def prints_only(args) -> bool:
+    return args.pipeline_command == "run" and args.dry_run
+
+
 def main(args) -> int:
     if args.pipeline_command == "validate":
-        return validate(args.files, Path(args.root) if args.root else None)
+        return validate(args.files, Path(args.root) if args.root else None, getattr(args, "report", None))
     if args.pipeline_command == "run":
         if args.jobs < 1:
             print(f"moe-harness pipeline run: --jobs {args.jobs}: must be >= 1", file=sys.stderr)
             return 2
         return run(args)
     if args.pipeline_command == "junit-annotate":
-        return annotate(args.patterns, context=args.context)
+        return annotate(args.patterns, context=args.context, reports_root=getattr(args, "reports", "reports"))
     if args.pipeline_command == "generate":
         return generate(Path(args.root), check=args.check)
     raise AssertionError(args.pipeline_command)
@@ -70,7 +79,7 @@ def main(args) -> int:
 def generate(root: Path, check: bool = False) -> int:
     """Write (or with check, compare) buildkite/nightly.yml."""
 
-    text = nightly.render(SCHEME_NAMES, nightly.checkpoint_configs(root))
+    text = nightly.render(SCHEME_NAMES, nightly.checkpoint_configs(root), nightly.tiny_family_configs(root))
     path = root / nightly.NIGHTLY_PATH
     if check:
         current = path.read_text() if path.is_file() else None
@@ -94,7 +103,7 @@ def checkout_of(path) -> Path:
     return Path.cwd()
 
 
-def validate(files, root: Path | None = None) -> int:
+def validate(files, root: Path | None = None, rep=None) -> int:
     """0 all clean; 1 schema or lint problems; 2 a file could not be read as a pipeline."""
     unreadable = problems_found = 0
     for f in files:
@@ -110,6 +119,9 @@ def validate(files, root: Path | None = None) -> int:
         problems_found += bool(problems)
         if not problems:
             print(f"ok {f}: {len(p.command_steps)} command steps")
+        if rep is not None:
+            rep.record({"name": f"pipeline validate {f}", "passed": not problems,
+                        "message": "\n".join(f"{prob}  [{prob.check}]" for prob in problems)})
     return 2 if unreadable else (1 if problems_found else 0)
 
 
@@ -159,5 +171,5 @@ def run(args) -> int:
         return 0
     hint = f"moe-harness pipeline run {args.file} --target {args.target}"
     opts = Options(root=root, jobs=args.jobs, minute=args.minute_seconds, grace=args.grace_seconds,
-                   verbose=args.verbose)
+                   verbose=args.verbose, quiet=getattr(args, "quiet", False), reports_root=root / getattr(args, "reports", "reports"))  # relative: in --root
     return Runner(plan, opts, hint).run()

@@ -1,7 +1,5 @@
 """`moe-harness targets`: compile every Triton kernel ahead of time for gfx942,
-gfx950, sm_90 and sm_100 (harness.aot.compile does the work; docs/targets.md).
-SIGINT/SIGTERM: the compile workers get SIGTERM, a grace period, SIGKILL;
-exit 130/143 with one line (finished compiles stay in the cache)."""
+gfx950, sm_90 and sm_100 (harness.aot.compile does the work; docs/targets.md)."""
 from __future__ import annotations
 
 import argparse
@@ -10,8 +8,8 @@ import sys
 from pathlib import Path
 
 from harness.aot.compile import COVERAGES, TARGETS, default_cache_dir, failed, run, table
-from harness.util import interrupt
-from harness.util.report import ReportDir, atomic_write_json
+from harness.commands.convention import report_dir
+from harness.util.report import atomic_write_json
 
 def _csv(s):
     return [x.strip() for x in s.split(",") if x.strip()]
@@ -31,8 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the JSON document here")
     parser.add_argument("--cache-dir", default=None, help=f"result cache (default: {default_cache_dir()})")
     parser.add_argument("--no-cache", action="store_true", help="recompile everything and store nothing")
-    parser.add_argument("--no-report", action="store_true", help="write no reports/<timestamp>-targets folder")
-    parser.add_argument("--report-root", default="reports")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every row, not only failures")
 
 
@@ -53,28 +49,29 @@ def main(args) -> int:
         return 2
 
     def progress(n, total):
-        if n == total or n % 50 == 0:
+        if (n == total or n % 50 == 0) and not getattr(args, "quiet", False):
             print(f"compiled {n}/{total}", file=sys.stderr, flush=True)
 
-    with interrupt.catch_signals():
-        try:
-            doc = run(args.targets, args.kernels, args.configs, args.jobs, cache, progress, args.coverage)
-        except (ValueError, RuntimeError) as exc:
-            print(f"moe-harness targets: {exc}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt as exc:  # SIGINT/SIGTERM: workers stopped (compile._stop_pool)
-            print(f"moe-harness targets: interrupted ({interrupt.signal_name(exc)}); compile workers stopped, "
-                  "every finished compile kept in the cache, no report written", file=sys.stderr, flush=True)
-            return interrupt.exit_code(exc)
+    try:
+        doc = run(args.targets, args.kernels, args.configs, args.jobs, cache, progress, args.coverage)
+    except (ValueError, RuntimeError) as exc:
+        print(f"moe-harness targets: {exc}", file=sys.stderr)
+        return 2
     doc["meta"]["command"] = _command_line(args)
     print(table(doc, args.verbose))
     if args.json:
         atomic_write_json(args.json, doc)
-    if not args.no_report:
-        rd = ReportDir.create("targets", root=args.report_root)
-        rd.write_json("targets.json", doc)
-        print(f"report: {rd.path / 'targets.json'}")
+    rd = report_dir(args, "targets")
+    rd.write_json("targets.json", doc)
     bad = failed(doc)
+    rep = getattr(args, "report", None)
+    if rep is not None:
+        for r in bad:
+            rep.record({"name": f"{r.get('target')} {r.get('kernel')} {r.get('config', '')}".strip(), "passed": False,
+                        "message": str(r.get("status")), "details": r})
+        rep.record({"name": "targets: every launch compiled", "passed": not bad,
+                    "details": {"rows": len(doc.get("results", [])), "failed": len(bad)}})
+    print(f"report: {rd.path / 'targets.json'}")
     if bad:
         print(f"FAILED: {sum(r['status'] == 'fail' for r in bad)} failed, "
               f"{sum(r['status'] == 'overflow' for r in bad)} over the shared-memory limit", file=sys.stderr)

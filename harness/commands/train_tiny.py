@@ -17,10 +17,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=DEFAULTS["seq_len"])
     parser.add_argument("--lr", type=float, default=DEFAULTS["lr"])
     parser.add_argument("--threads", type=int, default=DEFAULTS["threads"], help="torch threads (pin for determinism)")
-    parser.add_argument("--quiet", action="store_true")
+
 
 def main(args) -> int:
     meta = train(args.out, seed=args.seed, steps=args.steps, batch=args.batch, seq_len=args.seq_len,
-                 lr=args.lr, threads=args.threads, quiet=args.quiet)
+                 lr=args.lr, threads=args.threads, quiet=getattr(args, "quiet", False))
+    rep = getattr(args, "report", None)
+    if rep is not None:
+        rep.record({"name": f"train-tiny -> {args.out}", "passed": True,
+                    "details": {k: v for k, v in meta.items() if not isinstance(v, (list, dict))}})
     print(json.dumps(meta, indent=2))
     return 0

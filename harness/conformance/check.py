@@ -1,7 +1,8 @@
 """`conformance.check(fn, fmt, scale_mode, ...)`: one user function held to the
 spec over the input families, for use inside a test (the pytest plugin's
-fixture). Raises AssertionError naming the minimal failing block and the
-verdict when a divergence is not explained by the registry."""
+fixture). Raises AssertionError with the verdict and the minimal failing block of
+each divergence the registry does not explain (no arrays, no internal
+frames)."""
 from __future__ import annotations
 
 import inspect
@@ -11,6 +12,7 @@ import torch
 import harness.formats as hf
 
 from harness.conformance import divergences as dv
+from harness.conformance import report
 from harness.conformance.protocol import Implementation
 from harness.conformance.runner import run_conformance
 
@@ -54,25 +56,25 @@ def check(fn, fmt: str, scale_mode: str = "floor", rounding: str = "rne", stage:
     if data.get("interrupted"):
         raise KeyboardInterrupt(data["interrupted"])
     if data["failed"]:
-        raise AssertionError(failure_message(data))
+        __tracebackhide__ = True  # pytest: the message is the finding, not this module's frames
+        raise AssertionError(failure_message(data)) from None
     return data
 
 
+MAX_LINES = 12
+
+
 def failure_message(data: dict) -> str:
-    lines = ["conformance: unexplained divergence from the reference"]
-    for i in data["implementations"]:
+    """The verdict and the minimal block of each unexplained divergence, as
+    summary.md writes them (conformance.report.finding_line): no arrays."""
+    bad = list(report.unexplained(data))
+    lines = [f"conformance: {len(bad)} unexplained divergence(s) from the reference"]
+    for i in data["implementations"]:  # crashed, exited, timed out or changed its input (child process)
         if i.get("error"):
             lines.append(f"  {i['name']}: FAIL: {i['error']}")
-    for c in data["cells"]:
-        for stage, s in c["stages"].items():
-            if s.get("status") == "error":
-                lines.append(f"  {c['format']} {c['scale_mode']} {c['dtype']} {stage}: ERROR {s['error']}")
-            for f in s.get("findings", []):
-                if f.get("explained_by") or "error" in f:
-                    continue
-                nz = {i: v for i, v in enumerate(f["minimal"]) if v != 0}
-                lines.append(f"  {c['format']} {c['scale_mode']} {c['rounding']} {c['dtype']} {stage}: "
-                             f"{s['match_rate']:.2%} match; {f['verdict']}; minimal block "
-                             f"({f['nonzero']} nonzero of {f['block_size']}): {nz}; impl {f['impl']} "
-                             f"reference {f['reference']}")
-    return "\n".join(lines[:40])
+    for c, stage, f in bad[:MAX_LINES]:
+        lines.append("  " + (f"{c['implementation']} {c['format']} {c['scale_mode']} {c['dtype']} {stage}: ERROR "
+                             f"{f['error_stage']}" if "error_stage" in f else report.plain(report.finding_line(c, stage, f))))
+    if len(bad) > MAX_LINES:
+        lines.append(f"  ... and {len(bad) - MAX_LINES} more (run_conformance's data has them all)")
+    return "\n".join(lines)

@@ -230,6 +230,7 @@ def run_isolated(impl, jobs, device, registry, seed, limits: Limits | None = Non
                         break
                     else:  # the pipe closed: the process is gone
                         break
+                # exited: stop once every cell it sent before exiting is read
                 if proc.exitcode is not None and not recv.poll(0):
                     code = proc.exitcode
                     break

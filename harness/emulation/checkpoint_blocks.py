@@ -3,7 +3,7 @@ harness FusedMoE per sparse-MoE block, its experts from the checkpoint's
 quant config (harness.checkpoints.load), routing from the float model."""
 from __future__ import annotations
 
-from harness.emulation.moe_swap import EmulatedSparseMoeBlock
+from harness.emulation.moe_swap import ROUTING_KEYS, EmulatedSparseMoeBlock
 from harness.checkpoints import detect
 from harness.checkpoints.errors import CheckpointFormatError
 from harness.checkpoints.load import read_tensors
@@ -37,7 +37,10 @@ def build(swapper, folder: str, expect: str, backend: str = "unfused") -> tuple[
         got = (qc.num_experts, qc.hidden_size, qc.intermediate_size)
         if got != (spec.num_experts, spec.hidden, spec.intermediate):
             raise CheckpointFormatError(folder, f"{spec.name}.experts", f"[E, H, I] = {(spec.num_experts, spec.hidden, spec.intermediate)}, got {got}")
-        fused = FusedMoE(make_experts(qc, backend=backend), top_k=spec.top_k, renormalize=spec.renormalize,
-                         scoring="softmax", activation="silu")
+        weights = sorted(set(spec.options) - set(ROUTING_KEYS))
+        if weights:
+            raise CheckpointFormatError(folder, f"{spec.name}", f"a {spec.family} block without {weights[0]} "
+                                        "(checkpoint-built layers read the routed experts only)")
+        fused = FusedMoE(make_experts(qc, backend=backend), top_k=spec.top_k, **spec.routing_options())
         mods[spec.name] = EmulatedSparseMoeBlock(spec, fused, scheme)
     return scheme, mods

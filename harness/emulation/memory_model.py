@@ -33,8 +33,8 @@ next to the terms above and left out: their share shows in the measured ratio.
 from __future__ import annotations
 
 from harness.models.shapes import Shape
-from harness.kernels.fused_gemm import PREDEQUANT_MIN_ROWS_PER_EXPERT
-from harness.kernels.fused_gemm import resolve_precision
+from harness.kernels.launch_config import PREDEQUANT_MIN_ROWS_PER_EXPERT
+from harness.kernels.precision import resolve_precision
 from harness.schemes import get_scheme
 
 

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import torch
 from harness.checkpoints import files as cfiles
 from harness.checkpoints import read_compressed_tensors
-from harness.emulation.moe_swap import EmulatedSparseMoeBlock
+from harness.emulation.moe_swap import EmulatedSparseMoeBlock, MoEBlockSpec
 from harness.moe.experts import make_experts
 from harness.moe.layer import FusedMoE
 from harness.checkpoints.errors import CheckpointFormatError
@@ -114,10 +114,9 @@ def build_block(files, reader, groups: dict, arch, layer: int, scheme: str, top_
     except ValueError as e:
         raise CheckpointFormatError(files.folder, f"{hub} experts", f"tensors the loader accepts ({e})") from e
     router = files.get(f"{hub}.gate.weight").to(device)
-    spec = SimpleNamespace(name=name, family=arch.family, router_weight=router, top_k=top_k,
-                           renormalize=arch.renormalize, shared_expert=None, shared_expert_gate=None)
-    fused = FusedMoE(make_experts(qc, backend=backend), top_k=top_k, renormalize=arch.renormalize,
-                     scoring="softmax", activation="silu")
+    spec = MoEBlockSpec(name=name, family=arch.family, router_weight=router, top_k=top_k,
+                        options=dict(renormalize=arch.renormalize, scoring="softmax", activation="silu"))
+    fused = FusedMoE(make_experts(qc, backend=backend), top_k=top_k, **spec.routing_options())
     return spec, EmulatedSparseMoeBlock(spec, fused, scheme)
 
 

@@ -20,9 +20,11 @@ fused_gemm_src (the MoE experts' fused dequant + grouped GEMM),
 fused_act_src (one-pass elementwise helpers). Host code: constants
 (constexprs from the format table), loader (the one loader: compiled vs
 interpreted copies), launch (emulation launches), ops (torch.library custom
-ops moe_harness::*), api (these functions), fused_gemm and fused_act (the
-fused MoE backend), bench (`moe-harness bench kernels`). The ahead-of-time
-compile check: registry, launch_aot, fused_aot, inventory, targets.
+ops moe_harness::*), api (these functions), fused_act and the fused MoE
+GEMM: fused_gemm (moe_gemm), launch_config (launch tables and the one
+launch selector), split_k, pair_layout (with moe_align), fused_weights,
+precision, error_bound (its numerics contract). The ahead-of-time compile
+check is harness.aot.
 """
 from harness.kernels.api import BACKENDS, dequantize, dequantize_weights, qdq, quantize, quantize_packed, resolve_backend
 from harness.kernels.ops import OPS, dequantize_op, qdq_op, quantize_op

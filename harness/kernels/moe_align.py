@@ -1,6 +1,6 @@
 """The expert-sorted pair layout of the fused MoE GEMM in one launch.
 
-`sort_pairs(ids, E, block_m)` (fused_gemm.py) builds it with ~17 torch ops:
+`sort_pairs(ids, E, block_m)` (pair_layout.py) builds it with ~17 torch ops:
 pairs stably sorted by expert, each expert's rows padded to block_m, rows =
 pair id or -1, block_expert = expert of each BLOCK_M block or -1. At decode
 sizes those launches cost more than the sort itself, so for up to MAX_PAIRS
@@ -50,7 +50,7 @@ def num_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
 
 def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
     """ids [P] int64 (P <= MAX_PAIRS) -> (rows [nb * block_m] int64, block_expert [nb] int32),
-    equal to fused_gemm.sort_pairs(ids, num_experts, block_m)."""
+    equal to pair_layout.sort_pairs(ids, num_experts, block_m)."""
     P = ids.shape[0]
     if not applies(P, num_experts):
         raise ValueError(f"align_pairs: {P} pairs / {num_experts} experts is outside the one-program "

@@ -4,7 +4,8 @@ Modules (one job each):
   adapter     -- the lm-eval model `moe-emu` (a transformers model with emulated MoE blocks)
   config      -- accuracy config parsing and validation (vLLM format + harness fields)
   checkpoint_config -- the folder of a config's `harness.checkpoint`, found at run time
-  configs     -- where the shipped configs live (tiny-<scheme>, producer-<producer>-<scheme>)
+  configs     -- where the shipped configs live (tiny-<scheme>, tiny-<model_type>-<scheme>,
+                 producer-<producer>-<scheme>)
   schemes     -- the names a config may use, importable without torch
   task_names  -- which task names a config may use, found without importing lm-eval
   tasks       -- the local lm-eval tasks (suites/lm_eval/tasks/) and their TaskManager

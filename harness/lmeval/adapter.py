@@ -32,7 +32,7 @@ from harness.models.tiny_model import BUNDLED_MODEL_NAME
 from harness.emulation import calibrate
 from harness.models import corpus
 from harness.emulation import parallel
-from harness.models import tiny_model
+from harness.models import tiny_families, tiny_family_make, tiny_model
 from harness.lmeval.schemes import SCHEMES
 from harness.emulation.builder import builder_source, emulation_builder, needs_activation_scales
 from harness.emulation.moe_swap import ORACLE_PREFIX, Swapper
@@ -48,8 +48,13 @@ def auto_device() -> str:
 
 
 def resolve_model_dir(pretrained) -> str:
+    """The bundled model, a tiny family model (by name or cache folder: made
+    here when absent), or a local folder."""
     if pretrained in (None, "", BUNDLED_MODEL_NAME):
         return str(tiny_model.bundled_dir())
+    family = tiny_families.name_of(pretrained)
+    if family is not None:
+        return str(tiny_family_make.ensure(family))
     path = Path(os.path.expanduser(str(pretrained)))
     if not path.is_dir():
         raise FileNotFoundError(f"model folder not found: {path} (only local folders are loaded; no hub access)")
@@ -111,6 +116,7 @@ class MoEEmuLM(TemplateLM):
             set_threads(int(threads) if threads is not None else None)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
         self.checkpoint_scheme = None   # set when the checkpoint itself is quantized
+        self.progress = None            # a progress.Meter while a caller wants per-batch lines
         self.backend_name = backend
         self.model = self._load_model(_dtype(dtype), device_map, max_memory_per_gpu)
         self.batch_size = int(batch_size)
@@ -320,10 +326,12 @@ class MoEEmuLM(TemplateLM):
             spans.append((len(whole) - 1 - n_cont, whole[-n_cont:]))
         results = []
         pbar = tqdm(total=len(rows), disable=disable_tqdm, desc=f"loglikelihood [{self.scheme}]")
+        self._progress_start()
         for start in range(0, len(rows), self.batch_size * 8):
             chunk = rows[start:start + self.batch_size * 8]
             results.extend(self.span_scores(chunk, spans[start:start + len(chunk)]))
             pbar.update(len(chunk))
+            self._progress("loglikelihood", start + len(chunk), len(rows))
         pbar.close()
         return results
 
@@ -355,6 +363,8 @@ class MoEEmuLM(TemplateLM):
             key = repr(sorted((kwargs or {}).items()))
             groups.setdefault(key, []).append((n, ctx, dict(kwargs or {})))
         pbar = tqdm(total=len(requests), disable=disable_tqdm, desc=f"generate_until [{self.scheme}]")
+        self._progress_start()
+        done = 0
         for items in groups.values():
             kwargs = items[0][2]
             until = kwargs.pop("until", None) or []
@@ -372,8 +382,19 @@ class MoEEmuLM(TemplateLM):
                 for (n, _, _), text in zip(batch, texts):
                     outputs[n] = text
                 pbar.update(len(batch))
+                done += len(batch)
+                self._progress("generate_until", done, len(requests))
         pbar.close()
         return outputs
+
+    def _progress_start(self) -> None:
+        if self.progress is not None:
+            self.progress.restart()
+
+    def _progress(self, kind: str, done: int, total: int) -> None:
+        """Per batch: the meter a caller set (harness.lmeval.progress.Meter) prints at most every few seconds."""
+        if self.progress is not None:
+            self.progress.update(kind, done, total)
 
     def _cache_kwarg(self) -> str:
         """transformers >= 5.x names the KV cache `cache`; 4.x `past_key_values`."""

@@ -11,9 +11,10 @@ config (harness.lmeval.config); this module finds the folder at run time.
 
 The baseline and every non-expert layer come from the float model
 (model_name / model_subdir); the scheme's MoE blocks take the checkpoint's
-expert tensors through the format's reader. A folder that is absent skips
-the run like a missing model (exit 3 under HARNESS_REQUIRE_CHECKPOINT=1);
-a folder in another format, or one the reader refuses, fails it.
+expert tensors through the format's reader. A folder that is absent is
+handled like a missing model: SKIPPED when the config marks the model
+optional (exit 3 under HARNESS_REQUIRE_CHECKPOINT=1), else bad input (exit
+2); a folder in another format, or one the reader refuses, fails the run.
 """
 from __future__ import annotations
 
@@ -36,10 +37,12 @@ def resolve(cfg) -> str:
     else:
         root = os.environ.get(cfg.model_dir_env)
         if not root:
-            raise ModelNotPresent(f"{cfg.model_name}: ${cfg.model_dir_env} is not set (checkpoint {spec.subdir}/)")
+            raise ModelNotPresent(f"{cfg.model_name}: ${cfg.model_dir_env} is not set (checkpoint {spec.subdir}/)",
+                                  cfg.model_optional)
         folder = Path(root) / spec.subdir
         if not (folder / "config.json").is_file():
-            raise ModelNotPresent(f"{cfg.model_name}: no {spec.format} checkpoint at {folder} (config.json missing)")
+            raise ModelNotPresent(f"{cfg.model_name}: no {spec.format} checkpoint at {folder} (config.json missing)",
+                                  cfg.model_optional)
     _, fmt, scheme = load.identify(folder, expect=spec.format)
     if scheme != cfg.scheme:
         raise CheckpointFormatError(folder, "scheme", f"{cfg.scheme} (as {cfg.path} names), the {fmt} config gives {scheme}")
@@ -56,7 +59,11 @@ def resolve_or_result(cfg, name: str, scheme: str):
 
     try:
         return resolve(cfg), None
-    except (ModelNotPresent, ProducerUnavailable) as e:
+    except ModelNotPresent as e:
+        if not e.optional:
+            raise  # bad input: the command refuses it (exit 2)
+        return result(True, True, f"SKIPPED: {e}")
+    except ProducerUnavailable as e:
         return result(True, True, f"SKIPPED: {e}")
     except (CheckpointFormatError, MakeFailed) as e:
         return result(False, False, f"FAILED: checkpoint: {e}")

@@ -3,7 +3,7 @@ rendered like tiny-<scheme>.yaml (harness/lmeval/expected.py: the same rules,
 from the SPREAD of runs under several CPU kernel sets, never one run) plus
 their `harness.checkpoint` section.
 
-    python -m harness.lmeval.checkpoint_expected measure --producer P --scheme S --report-root R
+    python -m harness.lmeval.checkpoint_expected measure --producer P --scheme S --reports R
         (run once per kernel set: ATEN_CPU_CAPABILITY=default|avx2|avx512)
     python -m harness.lmeval.checkpoint_expected render --producer P --scheme S --from LABEL=R/<run>/lm_eval ...
     python -m harness.lmeval.checkpoint_expected bootstrap   (every missing config, values null)
@@ -52,7 +52,7 @@ def _measure(args) -> int:
 
     cfg = load(CONFIG_DIR / config_name(args.producer, args.scheme))
     rd = ReportDir.create(f"{args.producer}-{args.scheme}-{os.environ.get('ATEN_CPU_CAPABILITY', 'auto')}",
-                          root=args.report_root)
+                          root=args.reports)
     r = run_config(cfg, limit=expected.LIMIT, progress=print)
     write_lm_eval_report(rd, [r], title=f"lm-eval {cfg.path}")
     print(f"{'PASSED' if r['passed'] else 'FAILED'} {r['message']} -> {rd.path}")
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
         sp = sub.add_parser(name)
         sp.add_argument("--producer", required=True)
         sp.add_argument("--scheme", required=True)
-        sp.add_argument("--report-root", default="reports")
+        sp.add_argument("--reports", default="reports")
         sp.add_argument("--from", dest="src", action="append", default=[])
         sp.add_argument("--out", default=str(CONFIG_DIR))
     b = sub.add_parser("bootstrap")

@@ -13,11 +13,20 @@ A config in vLLM's lm-eval format loads unchanged:
     rtol: 0.08            # optional (vLLM's default tolerance)
 
 Other vLLM keys (max_model_len, batch_size, gen_kwargs, env_vars, ...) are
-accepted and kept (docs/lm_eval.md says which the harness applies); unknown
-top-level keys are reported as warnings, never silently used. A key written
-twice is a warning naming both lines (vLLM's reader keeps the last; so do we).
-The harness adds one optional mapping, `harness:` (unknown keys in it are
-errors), with the scheme, the baseline scheme, model location and gates.
+accepted and kept (docs/lm_eval.md says which the harness applies); an
+unknown top-level key is an error with the nearest known key (a typo'd
+`limt:` would otherwise run every item). A key written twice is a warning
+naming both lines (vLLM's reader keeps the last; so do we). The harness adds
+one optional mapping, `harness:` (unknown keys in it are errors), with the
+scheme, the baseline scheme, model location and gates.
+
+Without `harness.scheme` (vLLM's configs) the scheme is the checkpoint's own
+(its config.json `quantization_config`, identified by harness.checkpoints
+when the run starts); a float model with no scheme is refused: every gate
+would compare bf16 with bf16. A model that is not a local folder is looked
+up in the local Hugging Face hub cache; absent there it is an error unless
+the config (`harness.model_optional: true`) or `eval --model-optional` marks
+it optional (then the run is SKIPPED).
 Every error names the file and the field. Every number must be finite and
 in its range: a NaN compares false with everything and would disable a gate.
 The file is read by harness.util.safe_yaml (size, depth, node and alias limits).
@@ -26,6 +35,8 @@ Nothing here imports torch or lm-eval: `eval --dry-run` stays fast.
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
 import os
 import reprlib
@@ -36,8 +47,9 @@ from harness.util import devices
 from harness.util import safe_yaml
 
 from harness.checkpoints import detect, producers
-from harness.lmeval import task_names
-from harness.models import tiny_model
+from harness.lmeval import task_data, task_names
+from harness.lmeval.configs import tiny_config_path
+from harness.models import tiny_families, tiny_model
 from harness.models.tiny_model import BUNDLED_MODEL_NAME
 from harness.lmeval.schemes import DTYPES, EXPERT_BACKENDS, SCHEMES
 
@@ -49,12 +61,14 @@ VLLM_KEYS = {
     "max_num_seqs", "env", "model_args", "dtype", "quantization", "seed",
     # read by vLLM's test driver (.buildkite/lm-eval-harness/test_lm_eval_correctness.py):
     "env_vars", "moe_backend", "required_gpu_arch", "tokenizer_mode", "rocm_safetensors_load_strategy",
+    "attention_backend", "jit_monitor_mode",
 }
 # The vLLM keys a harness run applies; the rest configure vLLM's engine (moe_backend,
 # tokenizer_mode, env_vars, ...) and are recorded in the plan, not applied.
 VLLM_APPLIED = ("model_name", "tasks", "limit", "num_fewshot", "rtol", "batch_size")
 HARNESS_KEYS = {"scheme", "baseline_scheme", "backend", "dtype", "device", "parallelize", "batch_size", "model_dir",
-                "model_dir_env", "model_subdir", "calibration", "gates", "seed", "description", "checkpoint"}
+                "model_dir_env", "model_subdir", "model_optional", "calibration", "gates", "seed", "description",
+                "checkpoint"}
 GATE_KEYS = {"one_sided", "paired", "kl"}
 PAIRED_KEYS = {"allowance", "allowances", "confidence", "method", "resamples", "seed", "metrics"}
 KL_KEYS = {"task", "max", "docs", "oracle_max"}
@@ -129,6 +143,7 @@ class AccuracyConfig:
     model_dir: str | None = None
     model_dir_env: str | None = None
     model_subdir: str | None = None
+    model_optional: bool = False       # absent model: SKIPPED (exit 0; 3 under HARNESS_REQUIRE_CHECKPOINT=1)
     calibration: dict = field(default_factory=dict)
     one_sided: bool = True
     paired: PairedSpec | None = field(default_factory=PairedSpec)
@@ -137,6 +152,7 @@ class AccuracyConfig:
     description: str = ""
     checkpoint: object = None           # CheckpointSpec: experts from a producer checkpoint
     vllm_extra: dict = field(default_factory=dict)
+    include_paths: list = field(default_factory=list)   # task folders added by `eval --include-path`
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # facts about valid input (tasks not bundled)
 
@@ -244,8 +260,17 @@ def _mapping(path, fld, v, allowed):
         raise ConfigError(path, fld, f"expected a mapping, got {type(v).__name__}")
     extra = sorted(set(v) - allowed, key=str)
     if extra:
-        raise ConfigError(path, f"{fld}.{_key(extra[0])}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        raise ConfigError(path, f"{fld}.{_key(extra[0])}", f"unknown key{did_you_mean(extra[0], allowed)} "
+                          f"(allowed: {', '.join(sorted(allowed))})")
     return v
+
+
+def did_you_mean(key, known) -> str:
+    """'; did you mean 'limit'?' for a near miss, else ''."""
+    if not isinstance(key, str):
+        return ""
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _choice(path, fld, v, allowed, what, allow_none=False):
@@ -321,7 +346,8 @@ def parse(data, path="<config>") -> AccuracyConfig:
     )
     _vllm_fields(path, data)
     for key in sorted(set(data) - VLLM_KEYS - {"harness"}, key=str):
-        cfg.warnings.append(f"{path}: {_key(key)}: unknown top-level key, ignored")
+        raise ConfigError(path, _key(key), f"unknown top-level key{did_you_mean(key, VLLM_KEYS | {'harness'})} "
+                          "(vLLM's keys and `harness:` are known; docs/lm_eval.md lists them)")
     cfg.vllm_extra = {k: v for k, v in data.items() if k in VLLM_KEYS
                       and k not in ("model_name", "tasks", "limit", "num_fewshot", "rtol")}
     if "batch_size" in cfg.vllm_extra and isinstance(cfg.vllm_extra["batch_size"], int):
@@ -347,6 +373,9 @@ def parse(data, path="<config>") -> AccuracyConfig:
     cfg.model_dir = _str(path, "harness.model_dir", h.get("model_dir"), allow_none=True)
     cfg.model_dir_env = _str(path, "harness.model_dir_env", h.get("model_dir_env"), allow_none=True)
     cfg.model_subdir = _str(path, "harness.model_subdir", h.get("model_subdir"), allow_none=True)
+    cfg.model_optional = h.get("model_optional", False)
+    if not isinstance(cfg.model_optional, bool):
+        raise ConfigError(path, "harness.model_optional", f"expected true or false, got {_short(cfg.model_optional)}")
     cfg.seed = _num(path, "harness.seed", h.get("seed", 0), integer=True, lo=0, hi=SEED_MAX)
     cfg.description = h.get("description", "") or ""
     if not isinstance(cfg.description, str):
@@ -430,41 +459,52 @@ def _parse_kl(path, raw, cfg: AccuracyConfig) -> KLSpec | None:
                   oracle_max=_num(path, "harness.gates.kl.oracle_max", k.get("oracle_max"), lo=0, allow_none=True))
 
 
-def load(path) -> AccuracyConfig:
+def load(path, include_paths=()) -> AccuracyConfig:
     try:
         loaded = safe_yaml.load(path, duplicates="warn")
     except safe_yaml.YAMLInputError as e:
         raise ConfigError(e.path, e.part, e.problem) from None
     cfg = parse(loaded.data, path)
     cfg.warnings[:0] = loaded.warnings
+    cfg.include_paths = [str(p) for p in include_paths]
     check_tasks(cfg)
     return cfg
 
 
 def check_tasks(cfg: AccuracyConfig) -> None:
-    """Task names against the bundled tasks (what a run evaluates) and lm-eval's task files.
-
-    A name neither knows is an error. A name only lm-eval knows (vLLM's configs:
-    gsm8k, ...) gets a note: the config is valid, but the harness loads bundled
-    tasks only, so a run that finds the checkpoint would fail on it."""
-
+    """Task names against the bundled tasks, the --include-path folders and
+    lm-eval's task registry (harness.lmeval.task_data). A name none knows is
+    an error (with the nearest known name); check_task_data then says whether
+    each task's data is on this machine."""
     local = task_names.bundled()
-    other = [n for n in cfg.task_names if n not in local]
-    if not other:
-        return
-    known = task_names.in_registry(other)
     for i, t in enumerate(cfg.tasks):
-        if t.name in local:
+        if t.name in local or task_data.find(t.name, cfg.include_paths):
             continue
-        if known is None:
+        if task_names._registry_dir() is None:
             cfg.notes.append(f"{cfg.path}: tasks[{i}].name: {_short(t.name)} is not a bundled task and lm-eval is "
-                                "not installed to check it")
-        elif not known[t.name]:
-            raise ConfigError(cfg.path, f"tasks[{i}].name", f"unknown task {_short(t.name)}: not a bundled task "
-                              f"({', '.join(sorted(local))}) and not in lm-eval's task files")
-        else:
-            cfg.notes.append(f"{cfg.path}: tasks[{i}].name: {t.name!r} is an lm-eval task, not a bundled one "
-                                f"(suites/lm_eval/tasks); the harness evaluates bundled tasks only")
+                             "not installed to check it")
+            continue
+        known = set(local) | {n for root in task_data.roots(cfg.include_paths) for n in task_data._index(root)}
+        raise ConfigError(cfg.path, f"tasks[{i}].name", f"unknown task {_short(t.name)}{did_you_mean(t.name, known)}: "
+                          "not a bundled task, not in an --include-path folder, not in lm-eval's task registry")
+
+
+def check_task_data(cfg: AccuracyConfig) -> None:
+    """Every task's data is on this machine (nothing is downloaded), or a
+    ConfigError naming the task and how to provide its data."""
+    local = task_names.bundled()
+    for i, t in enumerate(cfg.tasks):
+        if t.name in local and not cfg.include_paths:
+            continue
+        found = task_data.check(t.name, cfg.include_paths, hub_cache_dir())
+        if found is None:
+            continue  # lm-eval absent: check_tasks left a note
+        missing = [d for d in found if not d.local]
+        if missing:
+            more = f" (and {len(missing) - 1} more of its {len(found)} tasks)" if len(missing) > 1 else ""
+            what = missing[0].where if missing[0].task == t.name else f"its task {missing[0].task}: {missing[0].where}"
+            raise ConfigError(cfg.path, f"tasks[{i}].name", f"{t.name}: data not on this machine: {what}{more}; "
+                              + task_data.how_to_provide(missing[0]))
 
 
 def _key(k) -> str:
@@ -483,35 +523,143 @@ def _short(v, n: int = 60) -> str:
 
 
 class ModelNotPresent(RuntimeError):
-    """A nightly checkpoint is not on this agent: the run is skipped, with this message."""
+    """The model (or its checkpoint) is not on this machine. `optional`: the
+    config or the command line marked it so, and the run is SKIPPED with this
+    message; otherwise it is bad input (exit 2)."""
+
+    def __init__(self, message: str, optional: bool = False):
+        super().__init__(message)
+        self.optional = optional
 
 
-def resolve_model_dir(cfg: AccuracyConfig, override: str | None = None) -> str:
-    """The local folder to load, or ModelNotPresent naming what was looked for."""
+def hub_cache_dir() -> Path:
+    """The user's Hugging Face hub cache (as huggingface_hub finds it), not
+    the private cache harness.util.offline switches a run to."""
+    saved = os.environ.get("HARNESS_USER_HF_HUB_CACHE")
+    if saved:
+        return Path(saved)
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def hub_snapshot(repo_id: str, kind: str = "models") -> Path | None:
+    """The local snapshot of a hub repository (`org/name`) in the hub cache,
+    or None. Read from the cache's own layout: refs/main names the snapshot."""
+    if "/" not in repo_id or repo_id.startswith(("/", ".", "~")):
+        return None
+    repo = hub_cache_dir() / f"{kind}--{repo_id.replace('/', '--')}"
+    snaps = repo / "snapshots"
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        folder = snaps / ref.read_text().strip()
+        return folder if folder.is_dir() else None
+    found = sorted(p for p in snaps.glob("*") if p.is_dir()) if snaps.is_dir() else []
+    return found[0] if len(found) == 1 else None
+
+
+def resolve_model_dir(cfg: AccuracyConfig, override: str | None = None, optional: bool = False) -> str:
+    """The local folder to load, or ModelNotPresent naming what was looked
+    for (optional when `optional` or harness.model_optional says so). Never
+    downloads: a hub id resolves only to a snapshot already in the hub cache."""
+    optional = optional or cfg.model_optional
     if override:
         if override == BUNDLED_MODEL_NAME:
             return str(tiny_model.bundled_dir())
+        if override in tiny_families.MODEL_NAMES:  # made on first load (adapter)
+            return str(tiny_families.folder(override))
         if not Path(override).is_dir():
-            raise ModelNotPresent(f"--model {override}: no such folder")
+            raise ModelNotPresent(f"--model {override}: no such folder")   # a flag naming nothing: never optional
         return override
     if cfg.model_dir:
         if not Path(cfg.model_dir).is_dir():
-            raise ModelNotPresent(f"{cfg.path}: harness.model_dir {cfg.model_dir} does not exist")
+            raise ModelNotPresent(f"{cfg.path}: harness.model_dir {cfg.model_dir} does not exist", optional)
         return cfg.model_dir
     if cfg.model_name == BUNDLED_MODEL_NAME:
         return str(tiny_model.bundled_dir())
+    if cfg.model_name in tiny_families.MODEL_NAMES:  # made on first load (adapter)
+        return str(tiny_families.folder(cfg.model_name))
     if cfg.model_dir_env:
         root = os.environ.get(cfg.model_dir_env)
         sub = cfg.model_subdir or cfg.model_name.split("/")[-1]
         if not root:
             raise ModelNotPresent(f"{cfg.model_name}: ${cfg.model_dir_env} is not set; set it to the folder that "
-                                  f"holds {sub}/ to run this config")
+                                  f"holds {sub}/ to run this config", optional)
         folder = Path(root) / sub
         if not (folder / "config.json").is_file():
             raise ModelNotPresent(f"{cfg.model_name}: no checkpoint at {folder} (config.json missing) "
-                                  f"under ${cfg.model_dir_env}={root}")
+                                  f"under ${cfg.model_dir_env}={root}", optional)
         return str(folder)
     if Path(cfg.model_name).is_dir():
         return cfg.model_name
-    raise ModelNotPresent(f"{cfg.model_name}: not a local folder and no harness.model_dir/model_dir_env given "
-                          "(no hub downloads)")
+    snapshot = hub_snapshot(cfg.model_name)
+    if snapshot is not None:
+        return str(snapshot)
+    raise ModelNotPresent(f"{cfg.path}: model_name: {cfg.model_name} is not a local folder and not in the hub cache "
+                          f"({hub_cache_dir()}); nothing is downloaded: pass --model DIR, or mark it optional "
+                          "(--model-optional or harness.model_optional: true) to skip", optional)
+
+
+def quantization_config(model_dir) -> dict | None:
+    """config.json's quantization_config of a model folder (None: a float model)."""
+    path = Path(model_dir) / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    qc = data.get("quantization_config") if isinstance(data, dict) else None
+    return qc if isinstance(qc, dict) and qc else None
+
+
+# Where the scheme of a run comes from (the plan and the report say it).
+FROM_FLAG, FROM_CONFIG, FROM_CHECKPOINT = "--scheme", "harness.scheme", "checkpoint"
+
+
+def scheme_source(cfg: AccuracyConfig, override: str | None, model_dir: str | None) -> str:
+    """FROM_FLAG, FROM_CONFIG or FROM_CHECKPOINT (the folder's quantization_config
+    names it; harness.checkpoints reads it when the run starts). A float model
+    with no scheme is a ConfigError: nothing would be quantized."""
+    if override:
+        return FROM_FLAG
+    if cfg.scheme:
+        return FROM_CONFIG
+    if model_dir is None or quantization_config(model_dir) is not None:
+        return FROM_CHECKPOINT
+    raise ConfigError(cfg.path, "harness.scheme",
+                      f"missing, and {model_dir} has no quantization_config (a float model): the run would compare "
+                      f"bf16 with bf16 and quantize nothing; add `harness: {{scheme: S}}` or pass --scheme S "
+                      f"(S one of {', '.join(SCHEMES[1:])})")
+
+
+def thresholds_of(cfg: AccuracyConfig) -> list[str]:
+    """The gate thresholds a config writes (they belong to its harness.scheme)."""
+    out = [f"tasks {t.name} {m.name} value {m.value:g}" for t in cfg.tasks for m in t.metrics if m.value is not None]
+    if cfg.paired is not None:
+        out += [f"paired allowance {k} {v:g}" for k, v in sorted(cfg.paired.allowances.items())]
+    if cfg.kl is not None and cfg.kl.max is not None:
+        out.append(f"kl.max {cfg.kl.max:g}")
+    return out
+
+
+def check_scheme_override(cfg: AccuracyConfig, scheme: str | None, record_only: bool = False) -> None:
+    """--scheme S on a config whose thresholds were written for another scheme
+    would hold S to them (nvfp4's KL maximum applied to MXFP4): refused unless
+    every gate is recorded only (--record-only)."""
+    if scheme is None or cfg.scheme is None or scheme == cfg.scheme or record_only:
+        return
+    written = thresholds_of(cfg)
+    if not written:
+        return
+    own = configs_for(scheme) if cfg.model_name == BUNDLED_MODEL_NAME else []
+    hint = f"run {own[0]} (thresholds derived for {scheme})" if own else \
+        f"write a config whose thresholds are derived for {scheme} (harness/lmeval/expected.py)"
+    raise ConfigError("--scheme", scheme, f"{cfg.path}'s thresholds were written for {cfg.scheme} "
+                      f"({written[0]}{', ...' if len(written) > 1 else ''}), not {scheme}: {hint}, or add "
+                      "--record-only to record every measurement without gating")
+
+
+def configs_for(scheme: str) -> list[str]:
+    """Shipped configs of the bundled model whose harness.scheme is `scheme`."""
+    path = tiny_config_path(scheme)
+    return [str(path)] if path.is_file() else []

@@ -10,7 +10,8 @@ the 600 items of `moe-harness eval` and the first 200 that `moe-harness run`
 uses (computed exactly from the per-item results of the 600-item run). Rules:
 
   one_sided value   the worst value over runs x item sets, rounded outward to
-                    4 decimals; vLLM's rule (measured >= value * (1 - rtol),
+                    4 decimals (as floats: never above the worst value for a
+                    higher-is-better metric, never below it otherwise); vLLM's rule (measured >= value * (1 - rtol),
                     rtol 0.05) then leaves a 5% relative margin below the
                     worst value ever measured, stated per metric in items.
   paired allowance  the largest drop vs bf16 over runs x item sets + 0.02
@@ -18,7 +19,7 @@ uses (computed exactly from the per-item results of the 600-item run). Rules:
                     when the one-sided 95% bootstrap lower bound of the drop
                     exceeds it.
   kl.max            the largest KL vs bf16 over runs x 1.1, up to three
-                    significant digits (the KL task's 100 documents are the
+                    significant digits (never below it) (the KL task's 100 documents are the
                     same for both item sets).
   kl.oracle_max     0 by construction: the certified oracle (moe_swap.OracleMoE)
                     equals the layer wherever the layer lies within its
@@ -37,6 +38,7 @@ import argparse
 import json
 import math
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 
 from harness.lmeval.schemes import SCHEMES
@@ -56,11 +58,29 @@ METRICS = {"tiny_add_mc": ["acc,none"], "tiny_add_gen": ["exact_match,none"],
 BINARY = {"tiny_add_mc:acc,none", "tiny_add_gen:exact_match,none"}
 
 
-def round_up_sig(x: float, digits: int = 3) -> float:
-    if x <= 0:
+def _dec(x) -> Decimal:
+    """A measured float as the decimal it prints as (repr: the shortest decimal
+    that reads back as the same float), so 1.1 x 0.05 is 0.055, not 0.05500000000000001."""
+    return x if isinstance(x, Decimal) else Decimal(repr(float(x)))
+
+
+def round_outward(x, decimals: int, up: bool) -> float:
+    """x on the grid of `decimals` decimals, on the side that never makes a
+    gate tighter than the measurement: up (>= x) for a maximum, down (<= x)
+    for a minimum. Rounding is monotone, so the float read back is on the
+    same side of the measured float (suites/lm_eval/test_first_config.py
+    puts a value one ulp off a grid point)."""
+    q = _dec(x).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_CEILING if up else ROUND_FLOOR)
+    return float(q)
+
+
+def round_up_sig(x, digits: int = 3) -> float:
+    """The smallest decimal of `digits` significant digits that is >= x."""
+    d = _dec(x)
+    if d <= 0:
         return 0.0
-    e = math.floor(math.log10(x)) - (digits - 1)
-    return float(f"{math.ceil(x / 10 ** e) * 10 ** e:.{digits}g}")
+    exp = d.adjusted() - (digits - 1)
+    return float(d.quantize(Decimal(1).scaleb(exp), rounding=ROUND_CEILING))
 
 
 def yaml_float(x: float) -> str:
@@ -82,9 +102,8 @@ def _lower_is_better(key: str) -> bool:
 
 
 def _outward(v: float, key: str) -> float:
-    """Round a worst value to 4 decimals away from the passing side."""
-    scaled = round(v * 1e4, 6)
-    return (math.ceil(scaled) if _lower_is_better(key) else math.floor(scaled)) / 1e4
+    """Round a worst value to 4 decimals away from the passing side (never tighter than v)."""
+    return round_outward(v, 4, up=_lower_is_better(key))
 
 
 # --------------------------------------------------------------------------- one run's figures
@@ -183,7 +202,7 @@ def derive(scheme: str, runs: list[Measured]) -> dict:
                      (r.items[(key, LIMIT)], r.items[(key, RUN_LIMIT)])]
             out["allowances"][key] = (allowance_for(max(drops)), f"drops {min(drops):+.4f}..{max(drops):+.4f}")
         kls = [r.kl for r in runs]
-        out["kl_max"] = round_up_sig(KL_FACTOR * max(kls))
+        out["kl_max"] = round_up_sig(_dec(max(kls)) * _dec(KL_FACTOR))
         out["kl_note"] = f"KL {min(kls):.5g}..{max(kls):.5g} x {KL_FACTOR}"
         okl = [r.oracle_kl for r in runs if r.oracle_kl is not None]
         ratios = [r.oracle_max_ratio for r in runs if r.oracle_max_ratio is not None]

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-LOWER_IS_BETTER = ("perplexity", "bits_per_byte", "word_perplexity", "byte_perplexity")
+from harness.lmeval.gate_plan import LOWER_IS_BETTER, lower_is_better, one_sided_bound  # noqa: F401  (LOWER_IS_BETTER: re-exported)
 
 
 @dataclass
@@ -39,9 +39,7 @@ class GateResult:
         return asdict(self)
 
 
-def _lower_is_better(metric: str) -> bool:
-    base = metric.split(",")[0]
-    return any(base == m or base.endswith(m) for m in LOWER_IS_BETTER)
+_lower_is_better = lower_is_better
 
 
 def one_sided(task: str, metric: str, measured: float | None, value: float | None, rtol: float) -> GateResult:
@@ -52,12 +50,11 @@ def one_sided(task: str, metric: str, measured: float | None, value: float | Non
     if measured is None or (isinstance(measured, float) and math.isnan(measured)):
         return GateResult("one_sided", name, False, {"measured": measured, "value": value, "rtol": rtol,
                                                      "note": "metric missing from the results"})
+    bound = one_sided_bound(value, rtol, metric)  # the same number the dry-run plan prints
     if _lower_is_better(metric):
-        bound = value * (1 + rtol)
         ok = measured <= bound
         rule = "measured <= value*(1+rtol)"
     else:
-        bound = value * (1 - rtol)
         ok = measured >= bound
         rule = "measured >= value*(1-rtol)"
     # ratio: the gate passes iff ratio <= 1 (how close the measurement came to failing)

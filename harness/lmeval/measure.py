@@ -15,11 +15,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.lmeval.measure")
     p.add_argument("--limit", type=int, default=600)
     p.add_argument("--schemes", default=None, help="comma-separated subset")
-    p.add_argument("--report-root", default="reports")
+    p.add_argument("--reports", default="reports")
     args = p.parse_args(argv)
 
 
-    rd = ReportDir.create("tiny-all", root=args.report_root)
+    rd = ReportDir.create("tiny-all", root=args.reports)
     t0 = time.perf_counter()
     results = run_tiny_all_schemes(rd, limit=args.limit,
                                    schemes=args.schemes.split(",") if args.schemes else None)

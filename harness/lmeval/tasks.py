@@ -55,12 +55,20 @@ def read_rows(task: str, folder=None) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def task_manager(extra_paths=()):
-    """An lm-eval TaskManager that knows the local tasks (and nothing from the hub)."""
+def needs_registry(names) -> bool:
+    """Whether any task is not bundled: lm-eval's own task registry is then indexed too."""
+    return any(n not in TINY_TASKS for n in names)
+
+
+def task_manager(extra_paths=(), include_defaults: bool = False):
+    """An lm-eval TaskManager that knows the bundled tasks, the folders of
+    `extra_paths` (`eval --include-path`) and, with `include_defaults`,
+    lm-eval's own registry (indexing it takes seconds: only when a config
+    names a task that is not bundled). Data is never downloaded (offline)."""
     from lm_eval.tasks import TaskManager
 
     paths = [str(TASKS_DIR)] + [str(p) for p in extra_paths]
-    return TaskManager(include_path=paths, include_defaults=False)
+    return TaskManager(include_path=paths, include_defaults=include_defaults)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ class Shape:
 
     def kernel_expert_bytes_per_layer(self, block: int, *, fp4: bool = True, post: bool = False) -> int:
         """What the fused backend holds per layer on top of those codes
-        (kernels/fused_gemm.FusedWeights): fp4 codes packed two a byte (other
+        (kernels/fused_weights.FusedWeights): fp4 codes packed two a byte (other
         widths share the code tensor), one float32 multiplier per block for the
         precision the layer runs, and with `post` (two-level rows in "bf16") a
         float32 1/gs per expert for each of w13 and w2."""

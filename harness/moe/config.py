@@ -27,6 +27,11 @@ class MoEQuantConfig:
     a1_gscale: Optional[torch.Tensor] = None  # nvfp4: ENCODE-side activation global scale (scalar)
     a2_scale: Optional[torch.Tensor] = None
     a2_gscale: Optional[torch.Tensor] = None
+    # Per-expert biases (gpt-oss), float and unquantized, added to each GEMM's
+    # output after the dequantized weights' full scaling (as vLLM's w1_bias /
+    # w2_bias): w13_bias [E, 2I] (gate then up, the w13 row layout), w2_bias [E, H].
+    w13_bias: Optional[torch.Tensor] = None
+    w2_bias: Optional[torch.Tensor] = None
 
     def __post_init__(self):
         self.scheme = get_scheme(self.scheme)
@@ -43,6 +48,16 @@ class MoEQuantConfig:
         if not self.scheme.needs_act_gscale and (self.a1_gscale is not None or self.a2_gscale is not None):
             raise ValueError(f"{self.scheme.name}: a1_gscale/a2_gscale are nvfp4 encode-side scales; "
                              "use a1_scale/a2_scale (decode side) for fp8 activations")
+        if (self.w13_bias is None) != (self.w2_bias is None):
+            raise ValueError("w13_bias and w2_bias come together; got only one")
+        if self.w13_bias is not None:
+            E, N13, H = self.w13_q.codes.shape
+            want = {"w13_bias": (E, N13), "w2_bias": (E, H)}
+            for name, shape in want.items():
+                b = getattr(self, name)
+                if tuple(b.shape) != shape or not b.dtype.is_floating_point:
+                    raise ValueError(f"{name} must be a float tensor of shape {list(shape)}, got {b.dtype} "
+                                     f"{list(b.shape)}")
         if self.scheme.two_level:
             for name in ("w13_gscale", "w2_gscale"):
                 if getattr(self, name) is None:

@@ -5,10 +5,17 @@ Data flow of ExpertsBase.apply (P = T * top_k token/expert pairs, p = t*k + j):
     x  = hidden.float()                          [T, H]
     x  = QDQ_a1(x)          (only if expects_unquantized_inputs; see below)
     h1 = grouped GEMM: x[pair token] @ W13[e].T  [P, 2I]   float32 accumulation
+    h1 = h1 + w13_bias[e]                        (expert_bias rows; after the GEMM's full scaling)
     a  = activation(h1)                          [P, I]
     a  = QDQ_a2(a)                               one call over all pairs
     h2 = grouped GEMM: a @ W2[e].T               [P, H]
+    h2 = h2 + w2_bias[e]                         (expert_bias rows)
     out[t] = sum_j topk_weights[t, j] * h2[t*k + j]  -> hidden.dtype
+
+Biases are float32 rows added on the host side around both backends' GEMMs:
+the GEMM result (unfused: x @ dequant(W).T; fused: the kernel's output, its
+post-scaling for two-level weights included) is the fully scaled product, so
+the bias is never multiplied by a weight or activation scale.
 
 Contracts (each one an upstream bug class, see docs/upstream-bugs.md):
 - expects_unquantized_inputs = True: the BASE apply() quantizes a1; emulation
@@ -40,6 +47,13 @@ from harness.schemes import EXPERT_BACKENDS
 BACKENDS = EXPERT_BACKENDS
 
 
+def _add_bias(h: torch.Tensor, bias: Optional[torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    """h [P, N] float32 plus each pair's expert bias row (bias [E, N] float32)."""
+    if bias is None:
+        return h
+    return h + bias.index_select(0, ids)
+
+
 def _grouped_gemm_unfused(x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x [P, K] float32, ids [P] int64, w [E, N, K] float32 -> [P, N].
     Dense over experts (every expert's GEMM on all pairs, masked select): fixed
@@ -52,11 +66,17 @@ def _grouped_gemm_unfused(x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -
     return out
 
 
+def _f32(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if t is None else t.detach().to(torch.float32)
+
+
 class ExpertsBase(torch.nn.Module):
     """Analogue of TritonExperts. Subclasses choose how weights are stored;
     apply() is the one place activations are quantized."""
 
     expects_unquantized_inputs: bool = True
+    w13_bias: Optional[torch.Tensor] = None  # [E, 2I] float32, from the config (or UnquantizedExperts' arguments)
+    w2_bias: Optional[torch.Tensor] = None  # [E, H]
 
     def __init__(self, quant_config: Optional[MoEQuantConfig], *, backend: str = "unfused",
                  op_backend: str = "auto", fused_precision: str = "auto", fused_mode: str = "auto",
@@ -75,6 +95,8 @@ class ExpertsBase(torch.nn.Module):
             self.a1_gscale = quant_config.a1_gscale
             self.a2_scale = quant_config.a2_scale
             self.a2_gscale = quant_config.a2_gscale
+            self.w13_bias = _f32(quant_config.w13_bias)
+            self.w2_bias = _f32(quant_config.w2_bias)
             ops.prepare_device(quant_config.device)
         self._kernel_weights = kernel_weights
         # Debug seam: when a dict, apply() stores its intermediates there
@@ -84,6 +106,10 @@ class ExpertsBase(torch.nn.Module):
             self._kernel_weights = self._make_kernel_weights()
 
     # -- what subclasses provide -------------------------------------------------
+    @property
+    def num_experts(self) -> int:
+        return self.quant_config.num_experts
+
     @property
     def quant_dtype(self):
         return self.scheme.quant_dtype
@@ -148,13 +174,13 @@ class ExpertsBase(torch.nn.Module):
         if self.backend == "fused":  # one expert-sorted layout for both GEMMs
 
             layout = fused_gemm.pair_layout(ids, self._kernel_weights[0].E)
-        h1 = self._gemm(x, ids, 0, w, layout, x_row_div=k)  # pair p = token p // k
+        h1 = _add_bias(self._gemm(x, ids, 0, w, layout, x_row_div=k), self.w13_bias, ids)  # pair p = token p // k
         if self.backend == "fused" and activation == "silu" and h1.is_cuda:
             g = fused_act.silu_and_mul(h1)
         else:
             g = act(h1)
         a = self.quantize_activation(g, self.a2_input_scale())
-        h2 = self._gemm(a, ids, 1, w, layout)
+        h2 = _add_bias(self._gemm(a, ids, 1, w, layout), self.w2_bias, ids)
         if self.trace is not None:
             self.trace.update(a1=x, h1=h1, a2_in=g, a2=a, h2=h2)
         out = (h2.reshape(T, k, H) * topk_weights.to(torch.float32).unsqueeze(-1)).sum(dim=1)
@@ -208,10 +234,18 @@ class Mxfp8WeightOnlyExperts(ExpertsBase):
 class UnquantizedExperts(ExpertsBase):
     """The "bf16" baseline: float weights as given (computed in float32), no QDQ."""
 
-    def __init__(self, w13: torch.Tensor, w2: torch.Tensor, *, backend: str = "unfused", **kw):
+    def __init__(self, w13: torch.Tensor, w2: torch.Tensor, *, backend: str = "unfused",
+                 w13_bias: Optional[torch.Tensor] = None, w2_bias: Optional[torch.Tensor] = None, **kw):
         self._w13, self._w2 = w13, w2
         self.scheme = BF16
         super().__init__(None, backend=backend, **kw)
+        if (w13_bias is None) != (w2_bias is None):
+            raise ValueError("w13_bias and w2_bias come together; got only one")
+        self.w13_bias, self.w2_bias = _f32(w13_bias), _f32(w2_bias)
+
+    @property
+    def num_experts(self) -> int:
+        return self._w13.shape[0]
 
     def dequantize_weights(self):
         return self._w13.to(torch.float32), self._w2.to(torch.float32)

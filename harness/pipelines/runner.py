@@ -45,6 +45,7 @@ class Options:
     minute: float = 60.0  # seconds in a timeout "minute" (tests shrink it)
     grace: float = 10.0  # SIGTERM -> SIGKILL, as the agent's cancel-grace-period
     verbose: bool = False
+    quiet: bool = False  # only failures and the final line
     reports_root: Path | None = None
 
 
@@ -340,8 +341,9 @@ class Runner:
 
     # -- the whole plan
 
-    def _say(self, text: str):
-        print(text, flush=True)
+    def _say(self, text: str, important: bool = False):
+        if important or not self.opts.quiet:
+            print(text, flush=True)
 
     def _deps_ok(self, step) -> tuple[bool, str]:
         for e in self.plan.graph.deps.get(id(step), []):
@@ -370,7 +372,7 @@ class Runner:
                 meta = {**meta, **self._stop_everything(interrupt.signal_name(exc))}
             self._finish(meta, stop is not None)
         if stop is not None:
-            self._say(f"interrupted by {interrupt.signal_name(stop)}: partial report {self.run_dir}/summary.md")
+            self._say(f"interrupted by {interrupt.signal_name(stop)}: partial report {self.run_dir}/summary.md", True)
             return interrupt.exit_code(stop)
         return 0 if all(r.state in OK_STATES for r in self.results) and not self._broken else 1
 
@@ -444,10 +446,11 @@ class Runner:
             last = r.attempts[-1]
             mark = {"passed": "ok", "soft_failed": "soft-failed", "failed": "FAILED"}[r.state]
             self._say(f"  {mark} {r.name}: exit {last.exit_status} in {sum(a.seconds for a in r.attempts):.1f}s"
-                      f" ({len(r.attempts)} attempt{'s' if len(r.attempts) > 1 else ''}); log {last.log}")
+                      f" ({len(r.attempts)} attempt{'s' if len(r.attempts) > 1 else ''}); log {last.log}",
+                      r.state == "failed")
             if r.state != "passed" and not self.opts.verbose:
                 for line in _tail(last.log, 15).splitlines():
-                    self._say(f"    | {line}")
+                    self._say(f"    | {line}", r.state == "failed")
         states = [r.state for r in results]
         self.states[id(step)] = "failed" if "failed" in states else ("soft_failed" if "soft_failed" in states else "passed")
 
@@ -509,7 +512,7 @@ class Runner:
         self.rd.write_text("summary.md", summary)
         self.rd.update_latest()
         failed = [r for r in results if not r["passed"]]
-        self._say(f"{len(results) - len(failed)} passed, {len(failed)} failed; report {self.run_dir}")
+        self._say(f"{len(results) - len(failed)} passed, {len(failed)} failed; report {self.run_dir}", True)
 
 
 class _Stopped(Exception):

@@ -80,6 +80,13 @@ class _Router:
         return getattr(self._screen, name)
 
 
+def _writes_to_fd2(stream) -> bool:
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 @contextmanager
 def to_log(path, enabled: bool = True):
     """Route third-party output to `path` (appended) while inside; yields the path."""
@@ -92,7 +99,11 @@ def to_log(path, enabled: bool = True):
     sys.stderr.flush()
     log = open(path, "a", buffering=1, encoding="utf-8", errors="replace")
     saved_fd2 = os.dup(2)
-    screen_err = os.fdopen(os.dup(saved_fd2), "w", buffering=1, encoding="utf-8", errors="replace")
+    # The screen is what sys.stderr was: a copy of fd 2 when it wrote there (fd 2
+    # itself goes to the log below), else the stream itself (pytest's capture).
+    err_on_fd2 = _writes_to_fd2(sys.stderr)
+    screen_err = (os.fdopen(os.dup(saved_fd2), "w", buffering=1, encoding="utf-8", errors="replace")
+                  if err_on_fd2 else sys.stderr)
     os.dup2(log.fileno(), 2)
     old_out, old_err, old_show = sys.stdout, sys.stderr, warnings.showwarning
     library_dirs = _library_dirs()
@@ -115,7 +126,8 @@ def to_log(path, enabled: bool = True):
         finally:
             os.dup2(saved_fd2, 2)
             os.close(saved_fd2)
-            screen_err.close()
+            if err_on_fd2:
+                screen_err.close()
             log.close()
             if path.stat().st_size == 0:
                 path.unlink()  # nothing was said: no empty file to wonder about

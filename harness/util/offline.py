@@ -31,14 +31,30 @@ def default_cache_root() -> Path:
         return Path(tempfile.mkdtemp(prefix="moe-harness-cache-"))
 
 
+def _user_cache(var: str, sub: str) -> str:
+    """Where huggingface_hub / datasets would look in the user's environment."""
+    if os.environ.get(var):
+        return str(Path(os.environ[var]).expanduser())
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return str(Path(home).expanduser() / sub)
+
+
 def enter_offline(cache_root=None) -> Path:
+    """Offline, with HF caches in a private folder. The user's own hub and
+    datasets caches are remembered (HARNESS_USER_HF_HUB_CACHE,
+    HARNESS_USER_HF_DATASETS_CACHE) and, when HARNESS_USER_HF_DATA=1 (an
+    eval of lm-eval registry tasks whose data is cached there), read instead."""
     root = Path(cache_root) if cache_root else default_cache_root()
     root.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("HARNESS_USER_HF_HUB_CACHE", _user_cache("HF_HUB_CACHE", "hub"))
+    os.environ.setdefault("HARNESS_USER_HF_DATASETS_CACHE", _user_cache("HF_DATASETS_CACHE", "datasets"))
     for key, value in OFFLINE_VARS.items():
         os.environ[key] = value
     os.environ["HF_HOME"] = str(root / "hf")
-    os.environ["HF_DATASETS_CACHE"] = str(root / "hf" / "datasets")
-    os.environ["HF_HUB_CACHE"] = str(root / "hf" / "hub")
+    user_data = os.environ.get("HARNESS_USER_HF_DATA") == "1"
+    os.environ["HF_DATASETS_CACHE"] = (os.environ["HARNESS_USER_HF_DATASETS_CACHE"] if user_data
+                                       else str(root / "hf" / "datasets"))
+    os.environ["HF_HUB_CACHE"] = os.environ["HARNESS_USER_HF_HUB_CACHE"] if user_data else str(root / "hf" / "hub")
     os.environ.pop("TRANSFORMERS_CACHE", None)  # deprecated; HF_HOME covers it
     return root
 

@@ -352,7 +352,9 @@ def _status(r: Mapping[str, Any]) -> str:
 def summary_markdown(
     title: str, results: Sequence[Mapping[str, Any]], meta: Mapping[str, Any] | None = None
 ) -> str:
-    """Markdown for a Buildkite annotation: counts, then every failure with its reproducer, then passes."""
+    """Markdown for a Buildkite annotation: counts, then every failure with its
+    reproducer, then passes, then the run's facts (command, seed, device...)
+    folded: a reader sees what failed first."""
     results = list(results)
     failed = [r for r in results if _status(r) == "failed"]
     skipped = [r for r in results if _status(r) == "skipped"]
@@ -368,10 +370,6 @@ def summary_markdown(
         out += [f"**Interrupted** ({meta.get('signal') or 'signal'}): only the checks that finished are listed.", ""]
     elif meta.get("finished") is False:
         out += ["**In progress**: the checks that have finished so far.", ""]
-    if meta:
-        out += ["| | |", "|---|---|"]
-        out += [f"| {_cell(k)} | {_cell(v)} |" for k, v in meta.items()]
-        out.append("")
     if failed:
         out += ["### Failures", ""]
         for r in failed:
@@ -393,6 +391,10 @@ def summary_markdown(
             d = r.get("details") or {}
             short = ", ".join(f"{k}={_cell(v)}" for k, v in list(d.items())[:4]) if isinstance(d, Mapping) else _cell(d)
             out.append(f"| {_cell(r.get('name', '?'))} | {_status(r)} | {short} |")
+        out += ["", "</details>", ""]
+    if meta:
+        out += ["<details><summary>Run</summary>", "", "| | |", "|---|---|"]
+        out += [f"| {_cell(k)} | {_cell(v)} |" for k, v in meta.items()]
         out += ["", "</details>", ""]
     text = "\n".join(out)
     if len(text.encode("utf-8")) > ANNOTATION_LIMIT:

@@ -100,7 +100,7 @@ def test_nightly_fails_on_a_checkpoint_in_another_format(tmp_path, monkeypatch, 
     monkeypatch.setenv("HARNESS_CHECKPOINT_DIR", str(root))
     monkeypatch.setenv("HARNESS_REQUIRE_CHECKPOINT", "1")
     rc = cli.main(["eval", "--config", str(CONFIGS / "nightly-qwen3-30b-a3b-nvfp4.yaml"), "--quiet",
-                   "--report-root", str(tmp_path / "reports")])
+                   "--reports", str(tmp_path / "reports")])
     out = capsys.readouterr().out
     assert rc == 1, out
     assert "FAILED: checkpoint:" in out and "compressed-tensors" in out and "found gpt-oss" in out
@@ -111,6 +111,6 @@ def test_nightly_skips_an_absent_checkpoint_and_require_makes_it_exit_3(tmp_path
     monkeypatch.setenv("HARNESS_CHECKPOINT_DIR", str(root))
     monkeypatch.setenv("HARNESS_REQUIRE_CHECKPOINT", "1")
     rc = cli.main(["eval", "--config", str(CONFIGS / "nightly-qwen3-30b-a3b-nvfp4.yaml"), "--quiet",
-                   "--report-root", str(tmp_path / "reports")])
+                   "--reports", str(tmp_path / "reports")])
     assert rc == 3
     assert "no compressed-tensors checkpoint at" in capsys.readouterr().out

@@ -6,8 +6,11 @@ Each refusal is one line naming the file, the tensor and what was expected;
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
+
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
 
 from harness.checkpoints.load import load_checkpoint
 from harness.lmeval import config as C

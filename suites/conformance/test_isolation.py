@@ -91,6 +91,29 @@ def test_in_process_keeps_the_mutation_check(tmp_path):
     assert any(s.get("input_mutated") for c in data["cells"] for s in c["stages"].values())
 
 
+def test_a_child_that_exits_before_its_cells_are_read_is_reaped_once():
+    """The parent may still be reading cells (a slow progress callback: reports
+    written per cell) when the child has sent everything and exited: it is
+    reaped once and every cell still counts."""
+    import time
+
+    import torch
+
+    from harness.conformance.runner import run_conformance
+
+    seen = []
+
+    def slow(impl, cell, res):
+        seen.append(cell)
+        time.sleep(0.05)
+
+    data = run_conformance(["reference"], formats=["mxfp8_e4m3"], device=torch.device("cpu"), seed=0,
+                           random_blocks=4, progress=slow, isolate=True)
+    ref = _impl(data, "reference")
+    assert not ref.get("error") and not ref["failed"], ref
+    assert len(seen) == ref["cells"] > 1
+
+
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_conform_interrupted_writes_the_report_of_what_finished(tmp_path, sig, code):
     ready = tmp_path / "hang.ready"

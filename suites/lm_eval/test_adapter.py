@@ -1,8 +1,10 @@
 """The `moe-emu` adapter under lm-eval's own simple_evaluate on the local tasks."""
 
-import lm_eval
 import pytest
 import torch
+
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
+import lm_eval
 
 from harness.lmeval.adapter import MoEEmuLM
 from harness.lmeval.tasks import TINY_TASKS, task_manager

@@ -157,18 +157,21 @@ def test_unwritable_report_root_is_one_line(tmp_path, capsys, monkeypatch):
     a_file.write_text("")
     monkeypatch.setattr("harness.lmeval.evaluate.run_config", lambda *a, **k: pytest.fail("the run started"))
     for root in (a_file, a_file / "sub"):
-        rc = cli.main(["eval", "--config", str(TINY), "--report-root", str(root), "--limit", "1"])
+        rc = cli.main(["eval", "--config", str(TINY), "--reports", str(root), "--limit", "1"])
         out = capsys.readouterr()
-        assert rc == 2 and f"--report-root {root}" in out.err and "Traceback" not in out.err
+        assert rc == 2 and f"--reports {root}" in out.err and "Traceback" not in out.err
 
 
 def test_dry_run_imports_neither_torch_nor_lm_eval():
-    code = ("import sys; from harness import cli; rc = cli.main(['eval', '--config', sys.argv[1], '--dry-run']);"
+    code = ("import sys; from harness import cli; rc = cli.main(['eval', '--config', *sys.argv[1:], '--dry-run']);"
             "print(rc, [m for m in ('torch', 'lm_eval', 'transformers', 'numpy') if m in sys.modules])")
-    for cfg in (TINY, VLLM_EXAMPLE):
-        r = subprocess.run([sys.executable, "-c", code, str(cfg)], capture_output=True, text=True, cwd=REPO,
-                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
-        assert r.stdout.strip().splitlines()[-1] == "0 []", r.stdout + r.stderr
+    # a bundled config (plan printed), vLLM's config with an absent model, and with the bundled model and a
+    # scheme (its gsm8k data looked up in lm-eval's registry and the caches: refused, exit 2)
+    for argv, rc in (([str(TINY)], 0), ([str(VLLM_EXAMPLE)], 2),
+                     ([str(VLLM_EXAMPLE), "--model", "tiny-moe", "--scheme", "nvfp4"], 2)):
+        r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=REPO,
+                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}, timeout=120)
+        assert r.stdout.strip().splitlines()[-1] == f"{rc} []", r.stdout + r.stderr
 
 
 # ---- E: good input accepted
@@ -177,10 +180,11 @@ def test_vllm_driver_keys_are_known_and_reported_as_not_applied(tmp_path, capsys
     data = yaml.safe_load(VLLM_EXAMPLE.read_text())
     data.update(env_vars={"VLLM_USE_DEEP_GEMM": "0"}, moe_backend="triton", required_gpu_arch=["gfx942", "gfx950"],
                 tokenizer_mode="mistral", rocm_safetensors_load_strategy="eager")
+    data["tasks"] = [{"name": "tiny_add_gen", "metrics": [{"name": "exact_match", "value": 0.6}]}]  # data on hand
     path = write(tmp_path, data)
     cfg = C.load(path)
     assert cfg.warnings == []
-    rc, out = dry_run(path, capsys=capsys)
+    rc, out = dry_run(path, "--model-optional", capsys=capsys)
     assert rc == 0, out.err
     assert "unknown top-level key" not in out.err
     plan = json.loads(out.out)
@@ -205,12 +209,12 @@ def test_fractional_limit_is_accepted_and_counted_as_lm_eval_does(tmp_path):
     assert report.items_for(250, 600) == 250 and report.items_for(None, 600) == 600
 
 
-def test_lm_eval_task_names_get_a_note_and_misspelt_ones_an_error(tmp_path):
-    cfg = C.load(VLLM_EXAMPLE)   # gsm8k: known to lm-eval, not bundled
-    assert cfg.warnings == [] and any("gsm8k" in n and "bundled" in n for n in cfg.notes)
+def test_lm_eval_task_names_load_and_misspelt_ones_are_an_error(tmp_path):
+    cfg = C.load(VLLM_EXAMPLE)   # gsm8k: in lm-eval's registry (its data is checked by the dry run)
+    assert cfg.warnings == [] and cfg.notes == []
     data = yaml.safe_load(VLLM_EXAMPLE.read_text())
     data["tasks"][0]["name"] = "gsm8kk"
-    with pytest.raises(C.ConfigError, match="unknown task 'gsm8kk'") as e:
+    with pytest.raises(C.ConfigError, match="unknown task 'gsm8kk'; did you mean 'gsm8k'") as e:
         C.load(write(tmp_path, data))
     assert e.value.field == "tasks[0].name"
 

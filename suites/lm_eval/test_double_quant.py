@@ -17,6 +17,8 @@ Findings (measured; docs/lm_eval.md has the figures):
 
 import pytest
 
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
+
 from harness.lmeval.config import load
 from harness.lmeval.configs import tiny_config_path
 from harness.lmeval.evaluate import run_config

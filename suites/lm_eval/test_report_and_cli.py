@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
+
 from harness.lmeval.evaluate import run_tiny_all_schemes
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +49,7 @@ def test_eval_exit_codes(tmp_path):
     runs = {}
     for name, path in (("good", good), ("bad", bad)):
         runs[name] = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "--config", str(path), "--quiet",
-                                     "--report-root", str(tmp_path / "reports")],
+                                     "--reports", str(tmp_path / "reports")],
                                     capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
     assert runs["good"].returncode == 0, runs["good"].stdout[-3000:]
     assert runs["bad"].returncode == 1 and "FAIL kl" in runs["bad"].stdout
@@ -91,11 +93,12 @@ def test_run_puts_the_lm_eval_cache_under_the_chosen_reports(monkeypatch, tmp_pa
     monkeypatch.delenv("HARNESS_CACHE_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(evaluate, "run_tiny_all_schemes",
-                        lambda report_dir, on_result, progress, producers: seen.update(
-                            cache=os.environ["HARNESS_CACHE_DIR"], producers=producers))
+                        lambda report_dir, on_result, progress, families, producers: seen.update(
+                            cache=os.environ["HARNESS_CACHE_DIR"], families=families, producers=producers))
     run._lmeval_section({"report_dir": None, "reports_root": tmp_path / "elsewhere", "progress": print}, print)
     assert seen["cache"] == str(tmp_path / "elsewhere" / ".cache")
     assert seen["producers"] is True  # `moe-harness run` evaluates the producer checkpoints too
+    assert seen["families"] is True  # and the tiny random family models
 
 
 def test_producer_configs_follow_the_producer_table():

@@ -6,6 +6,8 @@ import statistics
 
 import pytest
 
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
+
 from harness.checkpoints import synthetic
 from harness.emulation import synthetic_loader
 from harness.models.shapes import SHAPES, from_hf_config

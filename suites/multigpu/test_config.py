@@ -3,6 +3,8 @@ passed to moe-emu (a separate loaded model from the single-device one)."""
 
 import pytest
 
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
+
 from harness.lmeval.config import ConfigError, load
 from harness.lmeval.evaluate import Session
 

@@ -8,9 +8,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
+
 from harness.util.offline import set_threads
 from suites.multigpu import dp_eval
-import pytest
 
 
 @pytest.mark.slow

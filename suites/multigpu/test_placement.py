@@ -6,6 +6,8 @@ import json
 import pytest
 import torch
 
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
+
 from harness.emulation import parallel
 from harness.lmeval.adapter import MoEEmuLM
 from harness.emulation.builder import emulation_builder

@@ -8,6 +8,8 @@ import json
 import pytest
 import torch
 
+pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
+
 from harness.checkpoints import synthetic
 from harness.emulation import synthetic_loader
 from harness.emulation import parallel

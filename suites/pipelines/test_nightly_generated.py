@@ -1,6 +1,8 @@
-"""buildkite/nightly.yml is generated from the scheme table and the
-real-checkpoint configs (harness/pipelines/nightly.py); the committed file must
-equal the generated one, and a new scheme row yields its steps."""
+"""buildkite/nightly.yml is generated from the scheme table, the
+real-checkpoint configs and the tiny family model configs
+(harness/pipelines/nightly.py); the committed file must equal the generated
+one, a new scheme row yields its steps and every tiny family config gets a
+step on both GPU targets."""
 import shutil
 from pathlib import Path
 
@@ -12,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_committed_nightly_is_the_generated_one():
-    want = nightly.render(SCHEME_NAMES, nightly.checkpoint_configs(REPO))
+    want = nightly.render(SCHEME_NAMES, nightly.checkpoint_configs(REPO), nightly.tiny_family_configs(REPO))
     got = (REPO / nightly.NIGHTLY_PATH).read_text()
     assert got == want, "buildkite/nightly.yml is stale: run `moe-harness pipeline generate`"
 
@@ -51,3 +53,15 @@ def test_extra_steps_are_rendered_before_the_report(monkeypatch):
     text = nightly.render(SCHEME_NAMES, nightly.checkpoint_configs(REPO))
     assert text.index("key: cuda-extra") < text.index("- wait: ~")
     assert "      - timeout --kill-after=60 20m echo hi\n" in text
+
+
+def test_every_tiny_family_config_is_a_nightly_step_on_both_gpus():
+    from harness.lmeval.configs import tiny_family_config_paths
+
+    names = nightly.tiny_family_configs(REPO)
+    assert names == sorted(p.name for p in tiny_family_config_paths())  # the glob finds exactly the table's
+    text = (REPO / nightly.NIGHTLY_PATH).read_text()
+    for c in names:
+        for t in ("cuda", "rocm"):
+            assert f"key: {t}-eval-{c[:-len('.yaml')]}\n" in text, (t, c)
+            assert f"moe-harness eval --config {nightly.CONFIG_DIR}/{c}\n" in text

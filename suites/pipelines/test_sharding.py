@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]

@@ -59,11 +59,16 @@ def _eval_steps(p):
 
 
 def test_nightly_runs_tiny_eval_for_every_scheme_on_both_gpus():
+    """Every scheme on the bundled tiny model, and every tiny family model config
+    (tiny-<model_type>-<scheme>: the names with a dash after the family)."""
+    from harness.lmeval.configs import tiny_family_config_paths
+
     p = load("buildkite/nightly.yml")
     assert p.env["HARNESS_PROFILE"] == "nightly"
     found = _eval_steps(p)
-    assert found.get("cuda") == set(SCHEMES)
-    assert found.get("rocm") == set(SCHEMES)
+    families = {path.stem[len("tiny-"):] for path in tiny_family_config_paths()}
+    assert found.get("cuda") == set(SCHEMES) | families
+    assert found.get("rocm") == set(SCHEMES) | families
 
 
 def test_gpu_commands_run_under_the_hang_watchdog():

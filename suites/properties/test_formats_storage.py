@@ -21,7 +21,7 @@ import harness.kernels as hk
 from harness.formats.bounds import check_qdq_bound
 from harness.moe import conversion, loaders
 from harness.moe import ops as moe_ops
-from harness.kernels.fused_gemm import FusedWeights
+from harness.kernels.fused_weights import FusedWeights
 from harness.testing.checks.bitwise import assert_bitwise_equal
 
 U8 = torch.uint8

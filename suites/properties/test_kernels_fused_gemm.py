@@ -18,6 +18,8 @@ import torch
 
 import harness.formats as hf
 from harness.kernels import fused_gemm
+from harness.kernels import launch_config as lc
+from harness.kernels.fused_weights import FusedWeights
 from harness.testing.checks.bitwise import assert_bitwise_equal
 
 # Encode-side global scales of the two-level rows, one per expert: 1, a
@@ -52,8 +54,8 @@ def every_code_and_scale(fmt: str) -> hf.QuantizedTensor:
     return hf.QuantizedTensor(codes, scales.expand(E, 256, blocks).contiguous(), gs, fmt)
 
 
-def _fused_weights(q: hf.QuantizedTensor) -> fused_gemm.FusedWeights:
-    return fused_gemm.FusedWeights.from_quantized(q, None if q.global_scale is None else q.global_scale.reshape(-1))
+def _fused_weights(q: hf.QuantizedTensor) -> FusedWeights:
+    return FusedWeights.from_quantized(q, None if q.global_scale is None else q.global_scale.reshape(-1))
 
 
 @pytest.mark.parametrize("flags", DECODE_FLAGS, ids=_flag_id)
@@ -122,34 +124,35 @@ def _bf16_operands(q: hf.QuantizedTensor) -> torch.Tensor:
 
 def test_bf16_decode_acts_only_where_multipliers_are_exact_in_bf16():
     """The GEMM tables carry BF16_DECODE (the dequant-only pass measured
-    slower with it); gemm_meta keeps it for bf16 operands only and
-    dequant_meta for a bf16 output only: "ieee" multipliers fl32(s / gs) are
-    not exact in bf16."""
-    for cls in ("small", "small_short_k", "large"):
-        assert fused_gemm.GPU_CONFIGS[cls].get("BF16_DECODE") is True, cls
-    kw = dict(has_post=False, block_m=16, n=64, k=256, interpret=False)
-    assert fused_gemm.gemm_meta(1, "nvfp4", bf16=True, **kw)["BF16_DECODE"] is True
-    assert "BF16_DECODE" not in fused_gemm.gemm_meta(1, "nvfp4", bf16=False, **kw)
-    assert "BF16_DECODE" not in fused_gemm.gemm_meta(0, None, bf16=True, **kw)
+    slower with it); the selector keeps it for bf16 operands only and, in
+    the dequant pass, for a bf16 output only: "ieee" multipliers fl32(s / gs)
+    are not exact in bf16."""
+    for row in ("small", "small_short_k", "large"):
+        assert lc.GPU_CONFIGS[row].BF16_DECODE is True, row
+    kw = dict(has_post=False, block_m=16, n=64, k=256)
+    assert lc.select_launch("gemm", "cuda", kind=1, fmt="nvfp4", bf16=True, **kw).BF16_DECODE is True
+    assert "BF16_DECODE" not in lc.select_launch("gemm", "cuda", kind=1, fmt="nvfp4", bf16=False, **kw).meta()
+    assert "BF16_DECODE" not in lc.select_launch("gemm", "cuda", kind=0, bf16=True, w_bytes=2, **kw).meta()
     on = dict(BF16_DECODE=True)
-    assert fused_gemm.dequant_meta(1, "mxfp4", n=64, k=512, interpret=False, config=on, bf16_out=True)["BF16_DECODE"]
-    assert "BF16_DECODE" not in fused_gemm.dequant_meta(1, "mxfp4", n=64, k=512, interpret=False, config=on)
+    assert lc.select_launch("dequant", "cuda", kind=1, fmt="mxfp4", n=64, k=512, bf16=True, override=on).BF16_DECODE
+    assert "BF16_DECODE" not in lc.select_launch("dequant", "cuda", kind=1, fmt="mxfp4", n=64, k=512,
+                                                 override=on).meta()
 
 
 def test_short_k_loops_take_the_short_k_tile():
     """K <= SHORT_K_MAX (Qwen3's GEMM2) takes BLOCK_K 128 at decode sizes;
     longer K, BLOCK_M >= 64 and ROCm float32 operands keep their tables."""
-    def tile(**kw):
-        args = dict(kind=1, fmt="mxfp4", bf16=True, has_post=False, block_m=16, n=2048, k=768, interpret=False)
+    def tile(vendor="cuda", **kw):
+        args = dict(kind=1, fmt="mxfp4", bf16=True, has_post=False, block_m=16, n=2048, k=768)
         args.update(kw)
-        m = fused_gemm.gemm_meta(args.pop("kind"), args.pop("fmt"), **args)
-        return m["BLOCK_N"], m["BLOCK_K"]
-    short, small = fused_gemm.GPU_CONFIGS["small_short_k"], fused_gemm.GPU_CONFIGS["small"]
-    assert tile() == (short["BLOCK_N"], short["BLOCK_K"]) != (small["BLOCK_N"], small["BLOCK_K"])
-    assert tile(k=fused_gemm.SHORT_K_MAX + 32) == (small["BLOCK_N"], small["BLOCK_K"])
-    assert tile(block_m=128)[1] == fused_gemm.GPU_CONFIGS["large"]["BLOCK_K"]
-    rocm = fused_gemm.ROCM_F32_CONFIGS["small"]
-    assert tile(bf16=False, rocm=True) == (rocm["BLOCK_N"], rocm["BLOCK_K"])
+        c = lc.select_launch("gemm", vendor, **args)
+        return c.BLOCK_N, c.BLOCK_K
+    short, small = lc.GPU_CONFIGS["small_short_k"], lc.GPU_CONFIGS["small"]
+    assert tile() == (short.BLOCK_N, short.BLOCK_K) != (small.BLOCK_N, small.BLOCK_K)
+    assert tile(k=lc.SHORT_K_MAX + 32) == (small.BLOCK_N, small.BLOCK_K)
+    assert tile(block_m=128)[1] == lc.GPU_CONFIGS["large"].BLOCK_K
+    rocm = lc.ROCM_F32_CONFIGS["small"]
+    assert tile("rocm", bf16=False) == (rocm.BLOCK_N, rocm.BLOCK_K)
 
 
 def test_bf16_decode_refused_on_the_interpreter():
@@ -158,8 +161,8 @@ def test_bf16_decode_refused_on_the_interpreter():
     with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
         fused_gemm._dequantize(fw, torch.bfloat16, fw.mult_bf16, dict(BF16_DECODE=True))
     with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
-        fused_gemm.gemm_meta(1, "mxfp4", bf16=True, has_post=False, block_m=16, n=64, k=64, interpret=True,
-                             config=dict(BF16_DECODE=True))
+        lc.select_launch("gemm", "interpreter", kind=1, fmt="mxfp4", bf16=True, block_m=16, n=64, k=64,
+                         override=dict(BF16_DECODE=True))
 
 
 @pytest.mark.gpu
@@ -203,7 +206,7 @@ def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, gpu_device):
     a_gs = torch.tensor(1.0, device=gpu_device)
     outs = {}
     for flag in (True, False):
-        cfg = dict(fused_gemm.GPU_CONFIGS["small"], BLOCK_N=32, BLOCK_K=64, BF16_DECODE=flag, SPLIT_K=1)
+        cfg = dict(lc.GPU_CONFIGS["small"].settings(), BLOCK_N=32, BLOCK_K=64, BF16_DECODE=flag, SPLIT_K=1)
         outs[flag] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused",
                                          config=cfg).cpu()
     assert_bitwise_equal(outs[True], outs[False], f"{fmt}: BF16_DECODE on vs off")

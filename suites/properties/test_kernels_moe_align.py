@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.kernels import fused_gemm, moe_align
+from harness.kernels import moe_align, pair_layout
 
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device")])]
@@ -13,14 +13,14 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipi
 
 def _check(ids, E, bm, device="cpu"):
     ids = ids.to(device)
-    want = fused_gemm.sort_pairs(ids, E, bm)
+    want = pair_layout.sort_pairs(ids, E, bm)
     got = moe_align.align_pairs(ids, E, bm)
     assert torch.equal(got[0], want[0]), (ids.tolist(), E, bm)
     assert torch.equal(got[1], want[1]), (ids.tolist(), E, bm)
 
 
 @settings(max_examples=25, deadline=None)
-@given(data=st.data(), E=st.integers(1, moe_align.MAX_EXPERTS), bm=st.sampled_from(fused_gemm.BLOCK_MS))
+@given(data=st.data(), E=st.integers(1, moe_align.MAX_EXPERTS), bm=st.sampled_from(pair_layout.BLOCK_MS))
 def test_align_equals_sort_pairs(data, E, bm):
     P = data.draw(st.integers(1, moe_align.MAX_PAIRS))
     hot = data.draw(st.integers(1, E))  # few distinct experts -> long runs, stability matters
@@ -40,8 +40,8 @@ def test_align_edges(P, E, bm, device):
 
 def test_pair_layout_takes_the_torch_ops_past_the_kernel_limit():
     ids = torch.randint(0, 4, (moe_align.MAX_PAIRS + 1,), generator=torch.Generator().manual_seed(1))
-    rows, be, bm = fused_gemm.pair_layout(ids, 4)
-    want = fused_gemm.sort_pairs(ids, 4, bm)
+    rows, be, bm = pair_layout.pair_layout(ids, 4)
+    want = pair_layout.sort_pairs(ids, 4, bm)
     assert torch.equal(rows, want[0]) and torch.equal(be, want[1])
     with pytest.raises(ValueError, match="outside the one-program kernel"):
         moe_align.align_pairs(ids, 4, bm)

@@ -35,16 +35,16 @@ def _p(scheme="w_mxfp4_a_mxfp4", **kw):
 def _patch_route(monkeypatch, fn):
     import harness.moe.layer as layer
 
-    monkeypatch.setattr(routing, "route", fn)
-    monkeypatch.setattr(layer.routing, "route", fn)
+    monkeypatch.setattr(routing, "route_arch", fn)
+    monkeypatch.setattr(layer.routing, "route_arch", fn)
 
 
 def test_reference_check_catches_highest_index_tie_break(monkeypatch):
-    orig = routing.route
+    orig = routing.route_arch
 
-    def highest_index_wins(logits, top_k, **kw):
+    def highest_index_wins(logits, arch, bias=None):
         E = logits.shape[1]
-        w, ids = orig(logits.flip(-1), top_k, **kw)
+        w, ids = orig(logits.flip(-1), arch, None if bias is None else bias.flip(-1))
         return w, (E - 1) - ids
 
     _patch_route(monkeypatch, highest_index_wins)
@@ -53,8 +53,8 @@ def test_reference_check_catches_highest_index_tie_break(monkeypatch):
 
 
 def test_reference_check_catches_ignored_renormalize(monkeypatch):
-    orig = routing.route
-    _patch_route(monkeypatch, lambda logits, top_k, **kw: orig(logits, top_k, **{**kw, "renormalize": False}))
+    orig = routing.route_arch
+    _patch_route(monkeypatch, lambda logits, arch, bias=None: orig(logits, arch.replace(renormalize=False), bias))
     with pytest.raises(AssertionError):
         check_matches_reference(_p(renormalize=True, logits="grid", top_k=3))
 

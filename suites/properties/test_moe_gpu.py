@@ -24,7 +24,13 @@ import dataclasses
 import pytest
 import torch
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.moe.arch import FAMILIES, ROUTING_ROWS
 from harness.moe.schemes import SCHEME_NAMES
+from harness.strategies import moe_problems
+from harness.testing.checks.stages import check_stages
 from harness.testing.checks import problem as pb
 from harness.testing.checks.device import check_buffers_follow_weights, check_conversion_every_backend, check_create_weights_every_scheme
 from harness.testing.checks.offsets import check_fused_large_offsets
@@ -34,6 +40,9 @@ from harness.schemes import EXPERT_BACKENDS
 
 pytestmark = pytest.mark.gpu
 BACKENDS = EXPERT_BACKENDS
+FEATURED = tuple(n for n, a in FAMILIES.items()
+                 if a.grouped or a.score_correction or a.router_weight_on_input or a.expert_bias
+                 or a.shared_experts or a.scoring == "softmax_topk")
 
 
 def _problem(scheme, T=12, seed=5):
@@ -131,6 +140,53 @@ def test_gpu_emulation_matches_reference(scheme, backend, seed):
     t, _, cfg, moe = pb.setup(p, backend=backend, device="cuda")
     out = pb.run(moe, t)
     c = fused_c_prec(moe, t.hidden.device) if backend == "fused" else 0.0
+    check_matches_reference(p, t, cfg, moe, out=out, c_prec=c)
+
+
+@pytest.mark.parametrize("routing", tuple(ROUTING_ROWS))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pb.examples(1 / 4)
+@given(data=st.data())
+def test_gpu_routing_rows_match_reference(routing, backend, data):
+    """The families' features (every routing row; biases, shared MLP, both
+    activations drawn; every scheme) against the float64 reference on the GPU."""
+    p = data.draw(moe_problems(routings=(routing,), max_experts=32, max_tokens=128), label="problem")
+    t, _, cfg, moe = pb.setup(p, backend=backend, device="cuda")
+    out = pb.run(moe, t)
+    c = fused_c_prec(moe, t.hidden.device) if backend == "fused" else 0.0
+    check_matches_reference(p, t, cfg, moe, out=out, c_prec=c)
+    check_stages(p, t, cfg, moe, c_prec=c)
+
+
+@pytest.mark.parametrize("family", FEATURED)
+@pytest.mark.parametrize("scheme", ("nvfp4", "w_mxfp4", "w_mxfp4_a_fp8"))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_family_cuda_graph_and_compile(family, scheme, backend):
+    """A family's layer (correction bias, groups, weight on input, biases,
+    shared MLP) captured in a CUDA graph with no host sync, and compiled with
+    fullgraph=True; both within the reference tolerance."""
+    p = pb.family_problem(family, scheme, T=12, logits="ties")
+    t, _, cfg, moe = pb.setup(p, backend=backend, device="cuda")
+    x, logits = t.hidden.clone(), t.router_logits.clone()
+    c = fused_c_prec(moe, x.device) if backend == "fused" else 0.0
+    with torch.no_grad():
+        moe(x, logits)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            moe(x, logits)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            with sync_debug_error():
+                static_out = moe(x, logits)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_matches_reference(p, t, cfg, moe, out=static_out.clone(), c_prec=c)
+        torch._dynamo.reset()
+        out = torch.compile(moe, fullgraph=True)(x, logits)
+        torch._dynamo.reset()
     check_matches_reference(p, t, cfg, moe, out=out, c_prec=c)
 
 

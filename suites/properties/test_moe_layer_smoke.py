@@ -8,6 +8,11 @@ import torch
 import harness.formats as hf
 import harness.moe as hm
 from harness.kernels import fused_gemm
+from harness.kernels import launch_config as lc
+from harness.kernels.error_bound import gemm_error_bound
+from harness.kernels.fused_weights import FusedWeights
+from harness.kernels.precision import resolve_precision
+from harness.kernels.split_k import split_k
 from harness.moe import quantize_input
 
 E, H, I, T, K = 4, 64, 32, 6, 2
@@ -109,7 +114,7 @@ def test_fused_dequant_bitwise_and_gemm_bound(problem):
     w13, w2, x, lg, a1, a2 = problem
     for scheme in ("nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp6_e3m2_a_mxfp6_e3m2"):
         q, g = hm.quantize_expert_weights(w13, scheme)
-        fw = fused_gemm.FusedWeights.from_quantized(q, g)
+        fw = FusedWeights.from_quantized(q, g)
         deq = hm.ops.dequantize_expert_weights(q, g, backend="torch")
         assert torch.equal(fused_gemm.fused_dequantize(fw).view(torch.int32), deq.view(torch.int32))
         _, ids = hm.route(lg, K)
@@ -117,7 +122,7 @@ def test_fused_dequant_bitwise_and_gemm_bound(problem):
         xs = x.repeat_interleave(K, 0)
         yf = fused_gemm.moe_gemm(xs, ids, fw)
         yu = hm.experts._grouped_gemm_unfused(xs, ids, deq)
-        bound = fused_gemm.gemm_error_bound(xs, ids, deq)
+        bound = gemm_error_bound(xs, ids, deq)
         assert ((yf - yu).abs().double() <= bound).all()
 
 
@@ -127,7 +132,7 @@ def test_fused_gemm1_reads_token_rows(problem):
     count that does not match the pairs is refused."""
     w13, w2, x, lg, a1, a2 = problem
     q, g = hm.quantize_expert_weights(w13, "w_mxfp4_a_mxfp4")
-    fw = fused_gemm.FusedWeights.from_quantized(q, g)
+    fw = FusedWeights.from_quantized(q, g)
     _, ids = hm.route(lg, K)
     ids = ids.reshape(-1)
     xs = x.repeat_interleave(K, 0)
@@ -149,13 +154,13 @@ def test_fused_layer_close_to_unfused(problem):
 def test_fused_modes_share_operands(problem):
     w13, w2, x, lg, a1, a2 = problem
     q, g = hm.quantize_expert_weights(w13, "w_mxfp4_a_mxfp6_e2m3")
-    fw = fused_gemm.FusedWeights.from_quantized(q, g)
+    fw = FusedWeights.from_quantized(q, g)
     deq = hm.ops.dequantize_expert_weights(q, g, backend="torch")
     _, ids = hm.route(lg, K)
     ids = ids.reshape(-1)
     xs = x.repeat_interleave(K, 0)
     yu = hm.experts._grouped_gemm_unfused(xs, ids, deq)
-    bound = fused_gemm.gemm_error_bound(xs, ids, deq)
+    bound = gemm_error_bound(xs, ids, deq)
     for mode in ("fused", "predequant"):
         y = fused_gemm.moe_gemm(xs, ids, fw, mode=mode)
         assert ((y - yu).abs().double() <= bound).all()
@@ -172,12 +177,12 @@ def test_fused_gemm_tiles_that_do_not_divide(scheme):
     E, N, K_ = 3, 48, 96  # BLOCK_N 32 / BLOCK_K 64 leave partial tiles in both
     w = torch.randn(E, N, K_, generator=g) * 0.1
     q, gs = hm.quantize_expert_weights(w, scheme)
-    fw = fused_gemm.FusedWeights.from_quantized(q, gs)
+    fw = FusedWeights.from_quantized(q, gs)
     deq = hm.ops.dequantize_expert_weights(q, gs, backend="torch")
     x = torch.randn(10, K_, generator=g)
     ids = torch.randint(0, E, (10,), generator=g)
     yu = hm.experts._grouped_gemm_unfused(x, ids, deq)
-    bound = fused_gemm.gemm_error_bound(x, ids, deq)
+    bound = gemm_error_bound(x, ids, deq)
     ragged = fused_gemm.moe_gemm(x, ids, fw, config=dict(BLOCK_N=32, BLOCK_K=64))
     assert ((ragged - yu).abs().double() <= bound).all()
     even = fused_gemm.moe_gemm(x, ids, fw, config=dict(BLOCK_N=16, BLOCK_K=32))
@@ -207,8 +212,8 @@ def test_fused_layer_holds_one_multiplier_set(problem):
     with pytest.raises(ValueError, match="no multipliers for precision 'bf16'"):
         fused_gemm.moe_gemm(xs, ids, fw, precision="bf16", a_gscale=torch.tensor(1.0))
     with pytest.raises(ValueError, match="precisions must be"):
-        fused_gemm.FusedWeights.from_quantized(moe.quant_config.w13_q, moe.quant_config.w13_gscale, precisions=("fp8",))
-    both = fused_gemm.FusedWeights.from_quantized(moe.quant_config.w13_q, moe.quant_config.w13_gscale)
+        FusedWeights.from_quantized(moe.quant_config.w13_q, moe.quant_config.w13_gscale, precisions=("fp8",))
+    both = FusedWeights.from_quantized(moe.quant_config.w13_q, moe.quant_config.w13_gscale)
     assert both.mult is not None and both.mult_bf16 is not None  # the default still prepares both
 
 
@@ -223,7 +228,7 @@ def _split_k_sums_the_k_ranges(scheme, dev):
     E, N, K_ = 3, 32, 96
     w = (torch.randn(E, N, K_, generator=g) * 0.1).to(dev)
     q, gs = hm.quantize_expert_weights(w, scheme)
-    fw = fused_gemm.FusedWeights.from_quantized(q, gs)
+    fw = FusedWeights.from_quantized(q, gs)
     deq = hm.ops.dequantize_expert_weights(q, gs, backend="torch")
     x = torch.randn(7, K_, generator=g).to(dev)
     ids = torch.randint(0, E, (7,), generator=g).to(dev)
@@ -236,7 +241,7 @@ def _split_k_sums_the_k_ranges(scheme, dev):
     assert torch.equal(two.view(torch.int32), parts.view(torch.int32))
     assert not torch.equal(two, fused_gemm.moe_gemm(head, ids, fw, config=cfg))
     yu = hm.experts._grouped_gemm_unfused(x, ids, deq)
-    bound = fused_gemm.gemm_error_bound(x, ids, deq)
+    bound = gemm_error_bound(x, ids, deq)
     for splits in (2, 3, 8):  # 8 asks more splits than BLOCK_Ks: capped at 3, none empty
         y = fused_gemm.moe_gemm(x, ids, fw, config=dict(cfg, SPLIT_K=splits))
         assert ((y - yu).abs().double() <= bound).all()
@@ -255,26 +260,28 @@ def test_fused_gemm_split_k_sums_the_k_ranges_gpu(scheme, gpu_device):
     _split_k_sums_the_k_ranges(scheme, gpu_device)
 
 
-def test_split_k_choice_fills_the_gpu_at_decode_only(monkeypatch):
+def test_split_k_choice_fills_the_gpu_at_decode_only():
     """The split count comes from shapes alone (graph-capturable): GEMMs that
     leave the SMs idle at decode are split, prefill and the interpreter never."""
-    dev = torch.device("cuda:0")
-    monkeypatch.setitem(fused_gemm._SM_COUNT, dev, 132)
+    sms = 132
     # Mixtral GEMM2 at T=1 (2 pairs, N=4096 in 64 tiles, K=14336): 128 programs -> 2 x 132 wanted
-    assert fused_gemm.split_k(2, 8, 64, 14336, 16, 256, dev) == 4
+    assert split_k(2, 8, 64, 14336, 16, 256, sms) == 4
     # Mixtral GEMM1 at T=1 (448 tiles): already 896 programs
-    assert fused_gemm.split_k(2, 8, 448, 4096, 16, 256, dev) == 1
+    assert split_k(2, 8, 448, 4096, 16, 256, sms) == 1
     # Mixtral GEMM2 at T=16 (32 pairs over 8 experts: 512 programs): 2 splits (nvfp4 1.24x on the H200)
-    assert fused_gemm.split_k(32, 8, 64, 14336, 16, 256, dev) == 2
+    assert split_k(32, 8, 64, 14336, 16, 256, sms) == 2
     # Mixtral GEMM1 at T=16: 3584 programs
-    assert fused_gemm.split_k(32, 8, 448, 4096, 16, 256, dev) == 1
+    assert split_k(32, 8, 448, 4096, 16, 256, sms) == 1
     # prefill: thousands of programs
-    assert fused_gemm.split_k(8192, 8, 64, 14336, 128, 64, dev) == 1
+    assert split_k(8192, 8, 64, 14336, 128, 64, sms) == 1
     # a K of one BLOCK_K cannot split
-    assert fused_gemm.split_k(2, 8, 4, 256, 16, 256, dev) == 1
+    assert split_k(2, 8, 4, 256, 16, 256, sms) == 1
     # Qwen3-30B-A3B GEMM1 at T=1 (8 experts x 24 tiles, K = 8 BLOCK_Ks): split was slower on the H200
-    assert fused_gemm.split_k(8, 128, 24, 2048, 16, 256, dev) == 1
-    assert fused_gemm.split_k(2, 8, 64, 14336, 16, 256, "cpu") == 1
+    assert split_k(8, 128, 24, 2048, 16, 256, sms) == 1
+    # the selector applies it on a GPU, never on the interpreter
+    kw = dict(kind=1, fmt="mxfp4", bf16=True, block_m=16, n=4096, k=14336, pairs=2, experts=8, sm_count=sms)
+    assert lc.select_launch("gemm", "cuda", **kw).SPLIT_K == 4
+    assert lc.select_launch("gemm", "interpreter", **dict(kw, bf16=False, sm_count=None)).SPLIT_K == 1
 
 
 def _nvfp4_bf16_post_factor(dev):
@@ -286,7 +293,7 @@ def _nvfp4_bf16_post_factor(dev):
     E, N, K_ = 2, 16, 64
     w = (torch.randn(E, N, K_, generator=g) * 0.1).to(dev)
     q, gs = hm.quantize_expert_weights(w, "nvfp4")
-    fw = fused_gemm.FusedWeights.from_quantized(q, gs, precisions=("bf16",))
+    fw = FusedWeights.from_quantized(q, gs, precisions=("bf16",))
     ws = hf.dequantize(hf.QuantizedTensor(q.codes, q.scales, torch.ones_like(gs).reshape(E, 1), "nvfp4"))  # e2m1 * s
     a_gs = torch.tensor(3.0, device=dev)
     x = torch.eye(K_, device=dev).repeat(E, 1)
@@ -302,11 +309,11 @@ def test_bf16_precision_is_refused_on_the_interpreter():
     7.9e8 for weights of 0.06): precision "bf16" on CPU is an error, never a
     silently wrong GEMM; "auto" picks "ieee" there."""
     q, gs = hm.quantize_expert_weights(torch.randn(2, 16, 64) * 0.1, "w_mxfp4_a_mxfp4")
-    fw = fused_gemm.FusedWeights.from_quantized(q, gs)
+    fw = FusedWeights.from_quantized(q, gs)
     x, ids = torch.randn(4, 64), torch.tensor([0, 1, 1, 0])
     with pytest.raises(ValueError, match="precision 'bf16' needs a CUDA/ROCm device"):
         fused_gemm.moe_gemm(x, ids, fw, precision="bf16")
-    assert fused_gemm.resolve_precision("auto", hm.get_scheme("w_mxfp4_a_mxfp4"), "cpu") == "ieee"
+    assert resolve_precision("auto", hm.get_scheme("w_mxfp4_a_mxfp4"), "cpu") == "ieee"
 
 
 @pytest.mark.gpu

@@ -1,6 +1,8 @@
 """Routing property: harness.moe.routing.route (float32) selects the top-k of
 the logits exactly like the float64 reference, equal logits going to the
-lowest expert index, and its weights agree to (2E + 2k + 16) u relative.
+lowest expert index, and its weights agree to (2E + 2k + 18) u relative.
+Every routing row of harness.moe.arch.ROUTING_ROWS that takes the scoring is
+drawn (groups, correction bias, routed scaling, weight on input).
 
 Routing is cheap, so this runs many examples with the full size range; it is
 the property that found torch's CPU sigmoid rounding EQUAL logits to different

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import triton
 import triton.language as tl
 
@@ -18,6 +19,7 @@ from harness.aot import inventory
 from harness.aot import registry
 from harness.aot import compile as targets
 from harness.aot.registry import Variant
+from harness.kernels import launch_config as lc
 
 ROOT = Path(harness.__file__).resolve().parents[1]
 GATE_TARGETS = ("gfx942", "sm_90")
@@ -83,7 +85,6 @@ C = triton.jit(c_kernel)
     assert sorted(inventory.jit_function_sources(src)) == ["_helper", "a_kernel", "b_kernel", "c_kernel"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["cuda", "hip"])
 def test_every_kernel_has_launches_and_pairs_keep_every_value(backend):
     items = targets.work_list(backend=backend)
@@ -98,9 +99,7 @@ def test_every_kernel_has_launches_and_pairs_keep_every_value(backend):
 
 def test_launch_tables_reach_the_work_list(monkeypatch):
     """The GEMM's tuned table is read when the work list is built, not copied."""
-    from harness.kernels import fused_gemm as fused
-
-    monkeypatch.setitem(fused.GPU_CONFIGS, "large", dict(fused.GPU_CONFIGS["large"], BLOCK_N=96))
+    monkeypatch.setitem(lc.GPU_CONFIGS, "large", dataclasses.replace(lc.GPU_CONFIGS["large"], BLOCK_N=96))
     got = {i["constexprs"]["BLOCK_N"] for i in targets.work_list(["_moe_gemm_kernel"], ["fused.*.bm128.*"])}
     assert got == {96}
 
@@ -110,41 +109,33 @@ def test_rocm_takes_the_lds_safe_tiles():
     (the H200 tiles need 80-192 KiB there), bf16 operands with 2-byte float
     weights ROCM_BF16_FLOAT_CONFIGS (72-96 KiB); code-decoding bf16 launches
     and CUDA keep GPU_CONFIGS."""
-    from harness.kernels import fused_gemm as fused
+    def tile(bm, launch="gemm", kind=1, fmt="mxfp4", rocm=False, **kw):
+        c = lc.select_launch(launch, "rocm" if rocm else "cuda", kind=kind, fmt=fmt, block_m=bm, n=0, k=0, **kw)
+        return c.BLOCK_N, c.BLOCK_K, c.num_warps, c.num_stages
 
-    def tile(bm, **kw):
-        m = fused.gemm_meta(kw.pop("kind", 1), kw.pop("fmt", "mxfp4"), has_post=False, block_m=bm, n=0, k=0,
-                            interpret=False, **kw)
-        return m["BLOCK_N"], m["BLOCK_K"], m["num_warps"], m["num_stages"]
+    def table(t, row):
+        return t[row].BLOCK_N, t[row].BLOCK_K, t[row].num_warps, t[row].num_stages
 
-    def table(t, kind):
-        return t[kind]["BLOCK_N"], t[kind]["BLOCK_K"], t[kind]["num_warps"], t[kind]["num_stages"]
-
-    rocm, rocm_bf16, cuda = fused.ROCM_F32_CONFIGS, fused.ROCM_BF16_FLOAT_CONFIGS, fused.GPU_CONFIGS
-    for bm, kind in ((16, "small"), (128, "large")):
-        assert tile(bm, bf16=False, rocm=True) == table(rocm, kind)
-        assert tile(bm, bf16=False, rocm=False) == table(cuda, kind)
-        assert tile(bm, bf16=True, rocm=True) == table(cuda, kind)
-        assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=4) == table(rocm, kind)
-        assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=2) == table(rocm_bf16, kind)
-        assert tile(bm, bf16=True, rocm=False, kind=0, fmt=None, w_bytes=2) == table(cuda, kind)
-    assert tile(128, bf16=False, rocm=True, kind=0, fmt=None, w_bytes=4, cfg_kind="large_float") == \
-        table(rocm, "large_float")
-    assert tile(128, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=2, cfg_kind="large_float") == \
+    rocm, rocm_bf16, cuda = lc.ROCM_F32_CONFIGS, lc.ROCM_BF16_FLOAT_CONFIGS, lc.GPU_CONFIGS
+    for bm, row in ((16, "small"), (128, "large")):
+        assert tile(bm, bf16=False, rocm=True) == table(rocm, row)
+        assert tile(bm, bf16=False, rocm=False) == table(cuda, row)
+        assert tile(bm, bf16=True, rocm=True) == table(cuda, row)
+        assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=4) == table(rocm, row)
+        assert tile(bm, bf16=True, rocm=True, kind=0, fmt=None, w_bytes=2) == table(rocm_bf16, row)
+        assert tile(bm, bf16=True, rocm=False, kind=0, fmt=None, w_bytes=2) == table(cuda, row)
+    assert tile(128, "scratch_gemm", bf16=False, rocm=True, kind=0, fmt=None, w_bytes=4) == table(rocm, "large_float")
+    assert tile(128, "scratch_gemm", bf16=True, rocm=True, kind=0, fmt=None, w_bytes=2) == \
         table(rocm_bf16, "large_float")
 
 
 def test_the_dispatch_says_which_table_runs(monkeypatch):
-    import torch
-
-    from harness.kernels import fused_gemm as fused
-
     monkeypatch.setattr(torch.version, "hip", None)
-    assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "bf16, float weights": "GPU_CONFIGS",
-                                     "float32": "GPU_CONFIGS"}
+    assert lc.launch_tables() == {"bf16": "GPU_CONFIGS", "bf16, float weights": "GPU_CONFIGS",
+                                  "float32": "GPU_CONFIGS"}
     monkeypatch.setattr(torch.version, "hip", "7.1.0")
-    assert fused.launch_tables() == {"bf16": "GPU_CONFIGS", "bf16, float weights": "ROCM_BF16_FLOAT_CONFIGS",
-                                     "float32": "ROCM_F32_CONFIGS"}
+    assert lc.launch_tables() == {"bf16": "GPU_CONFIGS", "bf16, float weights": "ROCM_BF16_FLOAT_CONFIGS",
+                                  "float32": "ROCM_F32_CONFIGS"}
 
 
 def test_launches_with_integer_arguments_compile_in_both_specialisations():
@@ -173,18 +164,16 @@ def test_launches_with_integer_arguments_compile_in_both_specialisations():
 
 def _cli(tmp_path, *args):
     out = tmp_path / "targets.json"
-    rc = cli.main(["targets", "--no-report", "--no-cache", "--jobs", "1", "--json", str(out), *args])
+    rc = cli.main(["targets", "--reports", str(tmp_path / "reports"), "--no-cache", "--jobs", "1", "--json", str(out), *args])
     return rc, json.loads(out.read_text())
 
 
 def test_a_launch_over_64k_lds_fails_gfx942(tmp_path, monkeypatch):
-    from harness.kernels import fused_gemm as fused
-
     sel = ["--targets", "gfx942", "--kernels", "_moe_gemm_kernel", "--configs", "fused.mxfp4.ieee.bm16.even"]
     rc, doc = _cli(tmp_path, *sel)
     assert rc == 0 and [r["status"] for r in doc["results"]] == ["ok", "ok"], _rows_text(doc["results"])
     # the fault: ROCm given the H200 tile for float32 operands (64 x 256, 3 stages)
-    monkeypatch.setitem(fused.ROCM_F32_CONFIGS, "small", dict(fused.GPU_CONFIGS["small"]))
+    monkeypatch.setitem(lc.ROCM_F32_CONFIGS, "small", lc.GPU_CONFIGS["small"])
     rc, doc = _cli(tmp_path, *sel)
     assert rc == 1
     for row in doc["results"]:
@@ -197,14 +186,12 @@ def test_an_overflow_only_aligned_sizes_reach_fails_gfx942(tmp_path, monkeypatch
     stages), the bf16 GEMM on predequant's scratch fitted gfx942's LDS when
     compiled with nothing known about its integers (32 KiB) and overflowed it
     as every model runs it (sizes multiples of 16: 80 KiB)."""
-    from harness.kernels import fused_gemm as fused
-
     sel = ["--targets", "gfx942", "--kernels", "_moe_gemm_kernel", "--configs", "predequant.gemm.bf16.bm16.even"]
     rc, doc = _cli(tmp_path, *sel)
     assert rc == 0, _rows_text(doc["results"])
     assert {r["ints"]: r["status"] for r in doc["results"]} == {"any": "ok", "div16": "ok"}
     # the fault: ROCm's bf16 float-weight launches given the H200 tile again
-    monkeypatch.setitem(fused.ROCM_BF16_FLOAT_CONFIGS, "small", dict(fused.GPU_CONFIGS["small"]))
+    monkeypatch.setitem(lc.ROCM_BF16_FLOAT_CONFIGS, "small", lc.GPU_CONFIGS["small"])
     rc, doc = _cli(tmp_path, *sel)
     rows = {r["ints"]: r for r in doc["results"]}
     assert rc == 1
@@ -308,7 +295,7 @@ def test_parallel_jobs_give_the_same_rows(tmp_path):
     (["--kernels", "nope*"], "--kernels nope* matches no kernel"),
     (["--kernels", "qdq_kernel", "--configs", "nope"], "--configs nope matches no launch configuration"),
 ])
-def test_bad_arguments_are_one_line_errors(args, message, capsys):
-    assert cli.main(["targets", "--no-report", "--no-cache", *args]) == 2
+def test_bad_arguments_are_one_line_errors(args, message, capsys, tmp_path):
+    assert cli.main(["targets", "--reports", str(tmp_path), "--no-cache", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err

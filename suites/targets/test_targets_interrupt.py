@@ -10,7 +10,7 @@ from suites.interrupting import interrupt, marked, one_line, start, wait_until
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_targets_interrupted(tmp_path, sig, code):
-    p = start(["targets", "--no-cache", "--no-report", "--jobs", "2", "--targets", "gfx942,sm_90"])
+    p = start(["targets", "--no-cache", "--reports", str(tmp_path), "--jobs", "2", "--targets", "gfx942,sm_90"])
     wait_until(lambda: len(marked(p.mark)) >= 3, p, "the compile workers started")  # the command and 2 workers
     rc, out, err, alive = interrupt(p, sig)
     assert rc == code, (rc, out, err)

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.commands.convention import report_dir
+
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "suites" / "lm_eval" / "configs" / "tiny-nvfp4.yaml"
 TARGET_S = 1.5
 HEAVY = ("torch", "lm_eval", "transformers", "numpy")
@@ -64,5 +66,7 @@ def main(args) -> int:
     if args.runs < 1:
         print(f"moe-harness bench config-validate: --runs {args.runs}: must be >= 1", file=sys.stderr)
         return 2
-    print(json.dumps(run(args.config, args.runs), indent=2))
+    result = run(args.config, args.runs)
+    report_dir(args, "bench-config-validate").write_json("bench_config_validate.json", result)
+    print(json.dumps(result, indent=2))
     return 0

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.commands.convention import report_dir
+
 TARGET_S = 300.0
 
 
@@ -24,8 +26,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu", help="device handed to conform (default cpu)")
     parser.add_argument("--impl", action="append", default=None, metavar="NAME",
                         help="implementations (default: every shipped one, as conform does)")
-    parser.add_argument("--reports", default=None,
-                        help="reports root for the timed run (default: a temporary folder, removed)")
+    parser.add_argument("--conform-reports", default=None, metavar="DIR",
+                        help="reports root of the timed conform run (default: a temporary folder, removed)")
 
 
 def _load_avg() -> list:
@@ -66,5 +68,7 @@ def run(device: str = "cpu", impls=None, reports=None) -> dict:
 
 
 def main(args) -> int:
-    print(json.dumps(run(args.device, args.impl, args.reports), indent=2))
+    result = run(args.device, args.impl, args.conform_reports)
+    report_dir(args, "bench-conform").write_json("bench_conform.json", result)
+    print(json.dumps(result, indent=2))
     return 0

@@ -15,7 +15,7 @@ from harness.lmeval.adapter import MoEEmuLM
 from harness.lmeval.config import AccuracyConfig, MetricSpec, TaskSpec
 from harness.lmeval.evaluate import _simple_evaluate
 from harness.lmeval.tasks import TINY_TASKS
-from harness.util.report import ReportDir
+from harness.commands.convention import report_dir
 
 DEFAULT_SCHEME = QUANTIZED_SCHEMES[0]  # the first quantized scheme of the table (nvfp4)
 
@@ -25,8 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=0, help="items per task (default 0 = all 600)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--report-root", default="reports")
-    parser.add_argument("--no-report", action="store_true")
 
 
 def run(scheme: str = DEFAULT_SCHEME, limit: int | None = None, batch_size: int = 64, threads: int = 2) -> dict:
@@ -61,7 +59,5 @@ def main(args) -> int:
     result = run(args.scheme, args.limit or None, args.batch_size, args.threads)
     text = json.dumps(result, indent=2, default=str)
     print(text)
-    if not args.no_report:
-        rd = ReportDir.create("bench-eval", root=args.report_root)
-        rd.write_json("bench_eval.json", result)
+    report_dir(args, "bench-eval").write_json("bench_eval.json", result)
     return 0

@@ -24,7 +24,7 @@ import harness.formats as hf
 
 from harness.kernels import launch
 from harness.util.report import atomic_write_json
-from harness.util.report import ReportDir
+from harness.commands.convention import report_dir
 
 OPS = ("qdq", "quantize", "dequantize")
 IMPLS = ("triton", "eager", "compile")
@@ -78,7 +78,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sizes at which --sweep runs (default: the largest of --sizes)")
     parser.add_argument("--min-time", type=float, default=0.05, help="seconds per timed batch (default 0.05)")
     parser.add_argument("--out", default=None, help="also write the JSON to this path")
-    parser.add_argument("--no-report", action="store_true", help="do not write reports/")
 
 
 # ---------------------------------------------------------------- timing
@@ -344,24 +343,18 @@ def summarize(result: dict) -> list:
 
 
 def main(args) -> int:
-    report = None if args.no_report else _report_dir()
+    report = report_dir(args, "bench-kernels")
 
     def emit(result):
         if report is not None:
-            report.write_json("results.json", result)
+            report.write_json("bench_kernels.json", result)
         if args.out:
             atomic_write_json(args.out, result)
 
     result = run(args, emit)
-    if report is not None:
-        report.update_latest()
-        result["report"] = str(report.path)
+    result["report"] = str(report.path)
     print(json.dumps(result, indent=1))
     return 1 if result["errors"] else 0
-
-
-def _report_dir():
-    return ReportDir.create("bench-kernels")
 
 
 if __name__ == "__main__":  # python -m harness.commands.bench.kernels

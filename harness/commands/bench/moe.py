@@ -25,7 +25,7 @@ from harness.moe.graphs import capture_forward
 from harness.moe import build_emulated_moe, calibrate_activation_scales
 from harness.kernels import fused_gemm as _fused
 from harness.moe.schemes import get_scheme
-from harness.util.report import ReportDir
+from harness.commands.convention import report_dir
 
 SHAPES = {
     # name: (E, top_k, H, I)
@@ -53,8 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-loop", action="store_true", help="skip the bf16 per-expert loop rows")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None)
-    parser.add_argument("--report-root", default="reports")
-    parser.add_argument("--no-report", action="store_true")
 
 
 def _time(fn, iters: int, warmup: int, device) -> float:
@@ -223,11 +221,10 @@ def markdown(result: dict) -> str:
 
 def main(args) -> int:
     result = run(args)
-    if not args.no_report:
-        rd = ReportDir.create("bench-moe", root=args.report_root)
-        rd.write_json("results.json", result)
-        rd.write_text("summary.md", markdown(result))
-        result["report_dir"] = str(rd.path)
+    rd = report_dir(args, "bench-moe")
+    rd.write_json("bench_moe.json", result)
+    rd.write_text("bench_moe.md", markdown(result))
+    result["report_dir"] = str(rd.path)
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

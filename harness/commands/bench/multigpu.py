@@ -37,7 +37,7 @@ from harness.schemes import NVFP4
 from harness.models.shapes import from_hf_config
 from harness.emulation import memory_model
 from harness.schemes import get_scheme
-from harness.util.report import ReportDir
+from harness.commands.convention import report_dir
 from harness.schemes import EXPERT_BACKENDS
 
 MODES = ("single", "model", "data")
@@ -62,8 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs of each phase per rank; the median counts (one run of a 1 s phase spread 1.1-2.0x)")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per mode")
-    parser.add_argument("--report-root", default="reports")
-    parser.add_argument("--no-report", action="store_true")
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -333,9 +331,7 @@ def main(args) -> int:
         print(f"moe-harness bench multigpu: {e}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2, default=str))
-    if not args.no_report:
-        rd = ReportDir.create("bench-multigpu", root=args.report_root)
-        rd.write_json("bench_multigpu.json", result)
+    report_dir(args, "bench-multigpu").write_json("bench_multigpu.json", result)
     return 0
 
 

@@ -8,8 +8,10 @@ failure.
 Sections (in order; each may be skipped with --skip, or chosen with --only):
     formats  reference numerics: error bound, idempotence, SQNR floors, device == CPU
     kernels  Triton kernels == reference, bit for bit (harness.commands.run.kernels)
-    moe      emulated MoE vs the float64 reference per scheme (harness.commands.run.moe)
-    lmeval   tiny-model lm-eval for every scheme, then for every producer checkpoint
+    moe      emulated MoE per scheme and backend, one family in turn, held to the library
+             checks of harness.testing.checks (oracle, single QDQ, stages)
+    lmeval   tiny-model lm-eval for every scheme, then the tiny random family
+             models' KL and oracle gates, then every producer checkpoint
              (harness.lmeval, harness.checkpoints), one check per config
 
 Interruption (Ctrl-C, or SIGTERM from `timeout` or a CI agent): the report
@@ -43,6 +45,9 @@ from harness.util import noise
 from harness.util import report
 from harness.commands.run import formats as format_checks
 from harness.util import devices
+from harness.commands.convention import add_common
+
+OWN_REPORT = True   # the report, third-party log and signals are handled here (they predate the convention)
 
 SECTIONS = ("formats", "kernels", "moe", "lmeval")
 # pyproject extra a section's third-party imports come from (the others need only the core dependencies)
@@ -54,11 +59,7 @@ def add_arguments(parser):
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
     parser.add_argument("--skip", action="append", choices=SECTIONS, default=[], help="skip these sections")
-    parser.add_argument("--reports", default="reports", help="reports root folder")
-    loud = parser.add_mutually_exclusive_group()
-    loud.add_argument("-q", "--quiet", action="store_true", help="print only failed checks and the final summary")
-    loud.add_argument("-v", "--verbose", action="store_true",
-                      help="also show third-party library output (otherwise in <report>/third_party.log)")
+    add_common(parser)  # --reports, -q/-v, exit codes (harness/commands/convention.py)
 
 
 def _formats_section(ctx, emit):
@@ -82,7 +83,8 @@ def _lmeval_section(ctx, emit):
     # The hub/datasets cache belongs with the reports the user chose, not ./reports.
     os.environ.setdefault("HARNESS_CACHE_DIR", str(ctx["reports_root"] / ".cache"))
     mod = importlib.import_module("harness.lmeval.evaluate")
-    mod.run_tiny_all_schemes(ctx["report_dir"], on_result=emit, progress=ctx["progress"], producers=True)
+    mod.run_tiny_all_schemes(ctx["report_dir"], on_result=emit, progress=ctx["progress"], families=True,
+                             producers=True)
 
 
 RUNNERS = {

@@ -34,8 +34,9 @@ def record_act_qdq(monkeypatch=None, replace=None):
 
 def check_single_quantization(problem, t=None, moe=None):
     """Exactly one activation QDQ per GEMM input per forward (a1 over [T, H],
-    a2 over the [T*k, I] pairs), none of them re-quantizing an earlier output;
-    zero calls for weight-only schemes."""
+    a2 over the [T*k, I] pairs; the shared MLP's a1 over [T, H] and a2 over
+    [T, S] after them), none of them re-quantizing an earlier output; zero
+    calls for weight-only schemes."""
     if t is None:
         t, _, _, moe = setup(problem)
     scheme = ref.resolve_scheme(problem.scheme)
@@ -46,10 +47,15 @@ def check_single_quantization(problem, t=None, moe=None):
         assert not calls, f"weight-only scheme {scheme.name}: activation QDQ called {len(calls)}x: {desc}"
         return {"calls": 0}
     T, H, I, k = problem.T, problem.H, problem.I, problem.top_k
-    assert len(calls) == 2, f"{scheme.name}: expected 2 activation QDQ calls (a1, a2) per forward, got {len(calls)}: {desc}"
-    a1, a2 = calls
-    assert a1["shape"][-1] == H and math.prod(a1["shape"][:-1]) == T, f"a1 QDQ over {a1['shape']}, expected [T={T}, H={H}]"
-    assert a2["shape"][-1] == I and math.prod(a2["shape"][:-1]) == T * k, f"a2 QDQ over {a2['shape']}, expected [T*k={T * k}, I={I}]"
+    want = [("a1", T, H), ("a2", T * k, I)]
+    if problem.shared:
+        want += [("shared a1", T, H), ("shared a2", T, problem.shared)]
+    assert len(calls) == len(want), (f"{scheme.name}: expected {len(want)} activation QDQ calls "
+                                     f"({', '.join(w[0] for w in want)}) per forward, got {len(calls)}: {desc}")
+    for c, (what, rows, cols) in zip(calls, want):
+        shape = c["shape"]
+        assert shape[-1] == cols and math.prod(shape[:-1]) == rows, (
+            f"{what} QDQ over {shape}, expected [{rows}, {cols}]")
     for c in calls:
         assert c["quant_dtype"] == scheme.quant_dtype, f"QDQ dispatched with {c['quant_dtype']!r}, scheme key {scheme.quant_dtype!r}"
-    return {"calls": 2}
+    return {"calls": len(calls)}

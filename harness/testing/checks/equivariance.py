@@ -8,7 +8,7 @@ import torch
 
 import harness.formats as hf
 
-from harness.testing.checks.problem import describe_mismatch, make_moe, output_tolerance, reference_trace, run, setup
+from harness.testing.checks.problem import describe_mismatch, extras_of, make_moe, output_tolerance, reference_trace, run, setup
 
 
 def permute_experts(cfg, perm):
@@ -18,7 +18,7 @@ def permute_experts(cfg, perm):
                                   q.global_scale[perm] if (q.global_scale is not None and q.global_scale.dim()) else q.global_scale,
                                   q.fmt, q.scale_mode, q.rounding, q.dtype)
     kw = dict(w13_q=pq(cfg.w13_q), w2_q=pq(cfg.w2_q))
-    for name in ("w13_gscale", "w2_gscale"):
+    for name in ("w13_gscale", "w2_gscale", "w13_bias", "w2_bias"):
         v = getattr(cfg, name)
         if v is not None and v.dim():
             kw[name] = v[perm]
@@ -43,18 +43,23 @@ def check_token_equivariance(problem, t=None, cfg=None, moe=None, seed=0):
 
 
 def check_expert_equivariance(problem, t=None, cfg=None, moe=None, seed=0):
-    """Relabelling experts together with the router columns leaves the output
-    unchanged. Only for logits without ties (problem.logits == "distinct"):
-    with ties the lowest-index rule depends on the labels."""
+    """Relabelling experts together with the router columns (and their biases,
+    correction bias included) leaves the output unchanged. Only for logits
+    without ties (problem.logits == "distinct": with ties the lowest-index rule
+    depends on the labels) and ungrouped routing (groups are label ranges)."""
     if t is None:
         t, _, cfg, moe = setup(problem)
     assert problem.logits == "distinct", "expert equivariance needs tie-free router logits"
+    assert problem.n_group == 1, "expert equivariance needs ungrouped routing"
     E = problem.E
     perm = torch.randperm(E, generator=torch.Generator().manual_seed(seed))
     out = run(moe, t)
     cfgp = permute_experts(cfg, perm)
-    tp = dataclasses.replace(t, router_logits=t.router_logits[:, perm])
-    outp = run(make_moe(problem, cfgp), tp)
+    extras = extras_of(problem, t)
+    bias = extras.e_score_correction_bias
+    tp = dataclasses.replace(t, router_logits=t.router_logits[:, perm],
+                             e_score_correction_bias=None if bias is None else bias[perm])
+    outp = run(make_moe(problem, cfgp, extras=dataclasses.replace(extras, e_score_correction_bias=tp.e_score_correction_bias)), tp)
     tol = output_tolerance(reference_trace(problem, t, cfg), problem, cfg, t.hidden.dtype)
     err = (outp.double() - out.double()).abs()
     bad = ~(err <= 2 * tol)

@@ -10,7 +10,9 @@ import harness.formats as hf
 from harness.moe import reference as ref
 
 from harness.testing.checks.problem import describe_mismatch, gamma
-from harness.kernels import fused_gemm as fused
+from harness.kernels.fused_gemm import moe_gemm
+from harness.kernels.fused_weights import FusedWeights
+from harness.kernels.launch_config import MODES
 
 
 def check_fused_large_offsets(device="cpu", scheme_name="w_mxfp8", E=3, N=32, K=64):
@@ -24,7 +26,7 @@ def check_fused_large_offsets(device="cpu", scheme_name="w_mxfp8", E=3, N=32, K=
     g = torch.Generator().manual_seed(0)
     w = torch.randn(E, N, K, generator=g)
     q = hf.quantize(w, scheme.weight_fmt, scale_mode=scheme.scale_mode)
-    fw = fused.FusedWeights.from_quantized(q, None)
+    fw = FusedWeights.from_quantized(q, None)
     fw = dataclasses.replace(fw, data=fw.data.to(device), mult=fw.mult.to(device) if fw.mult is not None else None,
                              mult_bf16=fw.mult_bf16.to(device) if fw.mult_bf16 is not None else None)
     S = 2**30 + 4096
@@ -39,10 +41,9 @@ def check_fused_large_offsets(device="cpu", scheme_name="w_mxfp8", E=3, N=32, K=
     wd = ref.dequant_weight(q, None, scheme, "w")
     want = torch.stack([x[p].cpu().double() @ wd[int(ids[p])].T for p in range(P)])
     tol = 2 * gamma(K) * torch.stack([x[p].cpu().double().abs() @ wd[int(ids[p])].abs().T for p in range(P)]) + 2.0**-140
-    modes = [m for m in getattr(fused, "MODES", ("fused",)) if m != "auto"]
+    modes = [m for m in MODES if m != "auto"]
     for mode in modes:
-        kw = {"mode": mode} if hasattr(fused, "MODES") else {}
-        out = fused.moe_gemm(x, ids, fw_big, precision="ieee", **kw)
+        out = moe_gemm(x, ids, fw_big, precision="ieee", mode=mode)
         err = (out.cpu().double() - want).abs()
         bad = ~(err <= tol)
         assert not bool(bad.any()), describe_mismatch(

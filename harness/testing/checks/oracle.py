@@ -11,29 +11,38 @@ from harness.moe import tolerance
 
 from harness.testing.checks.problem import describe_mismatch, make_moe, output_tolerance, reference_trace, run, setup
 import harness.moe.routing as routing  # the module the layer calls through
-from harness.kernels import fused_gemm as fused
+from harness.kernels.error_bound import c_prec
+from harness.kernels.precision import resolve_precision
 
 
-def check_routing(problem, t=None, trace=None):
-    """The layer's routing (harness.moe.routing.route, float32) selects the same
-    experts as the float64 reference (ties = equal logits -> lowest index) and
-    its weights agree to (2E + 2k + 16) u relative."""
+def layer_route(problem, t):
+    """The layer's routing of the problem (harness.moe.routing, float32)."""
+    return routing.route_arch(t.router_logits, problem.arch, t.e_score_correction_bias)
+
+
+def check_routing(problem, t=None, trace=None, scale=None):
+    """The layer's routing (harness.moe.routing.route_arch, float32) selects the
+    same experts as the float64 reference (exact keys; ties -> lowest index,
+    groups likewise) and its weights agree to (2E + 2k + 18) u relative."""
     if t is None:
         t = problem.tensors()
     if trace is None:
-        w_ref, ids_ref = ref.reference_route(t.router_logits, problem.top_k, scoring=problem.scoring,
-                                             renormalize=problem.renormalize)
+        a = problem.arch
+        w_ref, ids_ref = ref.reference_route(t.router_logits, a.top_k, scoring=a.scoring, renormalize=a.renormalize,
+                                             n_group=a.n_group, topk_group=a.topk_group,
+                                             routed_scaling_factor=a.routed_scaling_factor,
+                                             e_score_correction_bias=t.e_score_correction_bias)
     else:
         w_ref, ids_ref = trace.weights, trace.ids
 
-    w32, ids = routing.route(t.router_logits, problem.top_k, scoring=problem.scoring, renormalize=problem.renormalize)
+    w32, ids = layer_route(problem, t)
     if not torch.equal(ids.cpu().long(), ids_ref):
         rows = torch.nonzero((ids.cpu().long() != ids_ref).any(-1)).flatten()[:2].tolist()
         detail = "; ".join(f"token {r}: logits {t.router_logits[r].cpu().tolist()} layer {ids[r].tolist()} "
                            f"ref {ids_ref[r].tolist()}" for r in rows)
-        raise AssertionError(f"routing differs from the reference (top-k of the logits, equal logits -> lowest "
+        raise AssertionError(f"routing differs from the reference (top-k of the keys, equal keys -> lowest "
                              f"index) in {int((ids.cpu().long() != ids_ref).any(-1).sum())} tokens: {detail}")
-    dw = tolerance.routing_weight_tolerance(w_ref, problem.E) + 2.0**-140
+    dw = tolerance.term_scales(scale)["routing_weights"] * tolerance.routing_weight_tolerance(w_ref, problem.E) + 2.0**-140
     wbad = ~((w32.cpu().double() - w_ref).abs() <= dw)
     assert not bool(wbad.any()), (
         f"routing weights differ from the reference at {int(wbad.sum())} of {wbad.numel()} (token, slot): e.g. "
@@ -41,7 +50,7 @@ def check_routing(problem, t=None, trace=None):
     return {}
 
 
-def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_prec: float = 0.0):
+def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_prec: float = 0.0, scale=None):
     """Layer output within the derived tolerance of the float64 reference, and
     the layer's routing equal to the reference routing."""
     if t is None:
@@ -52,8 +61,8 @@ def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_pre
     T, H = t.hidden.shape
     assert tuple(out.shape) == (T, H), f"output shape {tuple(out.shape)} != {(T, H)}"
     assert out.dtype == t.hidden.dtype, f"output dtype {out.dtype} != hidden dtype {t.hidden.dtype}"
-    check_routing(problem, t, trace)
-    tol = output_tolerance(trace, problem, cfg, out.dtype, c_prec)
+    check_routing(problem, t, trace, scale)
+    tol = output_tolerance(trace, problem, cfg, out.dtype, c_prec, scale=scale)
     err = (out.detach().cpu().double() - trace.out).abs()
     bad = ~(err <= tol)
     if bool(bad.any()):
@@ -64,10 +73,10 @@ def check_matches_reference(problem, t=None, cfg=None, moe=None, out=None, c_pre
 
 # =========================================================================== fused vs unfused
 def fused_c_prec(moe, device) -> float:
-    """c_prec of the fused experts' resolved GEMM precision (harness/kernels/fused_gemm.py
+    """c_prec of the fused experts' resolved GEMM precision (harness/kernels/error_bound.py
     contract (2)): 0 for "ieee" (always on CPU), 2^-7 for lossy bf16 operands."""
     ex = moe.experts
-    return fused.c_prec(ex.scheme, fused.resolve_precision(ex.fused_precision, ex.scheme, device))
+    return c_prec(ex.scheme, resolve_precision(ex.fused_precision, ex.scheme, device))
 
 
 def check_fused_matches_unfused(problem, t=None, cfg=None, device="cpu"):

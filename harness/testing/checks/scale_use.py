@@ -8,7 +8,7 @@ import torch
 
 from harness.moe import reference as ref
 
-from harness.testing.checks.problem import make_moe, reference_trace, run, setup
+from harness.testing.checks.problem import extras_of, make_moe, reference_trace, run, setup
 
 
 def check_scale_sensitivity(problem, t=None, cfg=None):
@@ -30,16 +30,27 @@ def check_scale_sensitivity(problem, t=None, cfg=None):
     elif scheme.act_per_tensor and cfg.a1_scale is not None:
         probes = [("a1_scale", 3.0), ("a2_scale", 3.0)]
     changed = {}
+    extras = extras_of(problem, t)
+    trace0 = reference_trace(problem, t, cfg, extras)
     for name, f in probes:
         v = getattr(cfg, name)
         cfg2 = dataclasses.replace(cfg, **{name: v * f})
-        out2 = run(make_moe(problem, cfg2), t)
-        trace = reference_trace(problem, t, cfg2)
-        trace0 = reference_trace(problem, t, cfg)
+        out2 = run(make_moe(problem, cfg2, extras=extras), t)
+        trace = reference_trace(problem, t, cfg2, extras)
         if torch.equal(trace.out, trace0.out):
             continue  # the reference itself is insensitive here (e.g. saturation)
         assert not torch.equal(out2, base), f"{scheme.name}: output unchanged after {name} x{f}: the layer ignores {name}"
         changed[name] = True
+    # The shared MLP's own scales (its config, not the experts').
+    scfg = extras.shared_cfg
+    for name, f in (probes if scfg is not None and (scfg.a1_scale is not None or scheme.two_level) else []):
+        ex2 = dataclasses.replace(extras, shared_cfg=dataclasses.replace(scfg, **{name: getattr(scfg, name) * f}))
+        out2 = run(make_moe(problem, cfg, extras=ex2), t)
+        if torch.equal(reference_trace(problem, t, cfg, ex2).out, trace0.out):
+            continue
+        assert not torch.equal(out2, base), (f"{scheme.name}: output unchanged after the shared MLP's {name} x{f}: "
+                                             f"the shared experts ignore their own {name}")
+        changed["shared " + name] = True
     # Missing required scales.
     required = ["a1_gscale", "a2_gscale"] if scheme.needs_act_gscale else []
     for name in required:

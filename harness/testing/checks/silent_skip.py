@@ -13,7 +13,7 @@ import harness.moe.quantize_input as qi
 from harness.moe import reference as ref
 
 from harness.testing.checks.double_qdq import record_act_qdq
-from harness.testing.checks.problem import output_tolerance, reference_trace, run, setup
+from harness.testing.checks.problem import Extras, extras_of, output_tolerance, reference_trace, run, setup
 
 
 def identity_qdq(A, A_scale, quant_dtype, *args, **kw):
@@ -33,9 +33,10 @@ def check_no_silent_skip(problem, t=None, moe=None, cfg=None):
     with record_act_qdq(replace=identity_qdq):
         out_noq = run(moe, t)
     # The reference must itself show that QDQ matters for these inputs.
-    trace = reference_trace(problem, t, cfg)
-    noq_cfg = _NoActQdqConfig(cfg)
-    trace_noq = reference_trace(problem, t, noq_cfg)
+    extras = extras_of(problem, t)
+    trace = reference_trace(problem, t, cfg, extras)
+    noq = Extras(extras.e_score_correction_bias, None if extras.shared_cfg is None else _NoActQdqConfig(extras.shared_cfg))
+    trace_noq = reference_trace(problem, t, _NoActQdqConfig(cfg), noq)
     tol = output_tolerance(trace, problem, cfg, t.hidden.dtype)
     if not bool(((trace.out - trace_noq.out).abs() > 2 * tol).any()):
         return {"skipped": True}  # QDQ is (numerically) the identity here

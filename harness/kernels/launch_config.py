@@ -1,0 +1,337 @@
+"""Launch configuration of the fused MoE GEMM kernel (fused_gemm_src.py): the
+per-vendor launch tables, one typed result per launch, and one selector.
+
+`select_launch(launch, vendor, ...)` returns a `LaunchConfig`: everything one
+launch of _moe_gemm_kernel needs -- what it computes (KIND, BF16, HAS_POST,
+DEQUANT_ONLY, the weight format's element constexprs), the tile and compile
+options of the table row it takes, the weight-decode flags, whether its N and
+K tiles need masks (EVEN_NK) and its K split. The launcher (fused_gemm.py) and
+the ahead-of-time compile check (harness.aot.fused_launches) both call it, so
+the check compiles exactly the launches the host code makes.
+
+The choice reads, in order: the vendor's tables for the launch's tl.dot
+operands (VENDOR_TABLES), the rows the launch can take (`row_names`: BLOCK_M
+class, K loop length, mode "predequant"), the override, then the rules no row
+may break (no decode flags on float weights, BF16_DECODE only where the
+multipliers are exact in bf16, never on the interpreter).
+
+Two override hooks: `override=` changes one launch (a mapping of LaunchRow
+fields, EVEN_NK, SPLIT_K; moe_gemm's `config=`), and `set_row` replaces one row
+of a table for every later launch of the process (tools/tune.py measures
+candidate rows that way, mode "predequant"'s two launches included).
+
+Mode "auto" (`resolve_mode`) chooses which launches run: the fused GEMM, or
+the dequant pass and the GEMM on its scratch.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Mapping, Optional
+
+import torch
+
+import harness.formats as hf
+
+from harness.kernels.constants import element_constants
+from harness.kernels.launch import triton_cdiv
+from harness.kernels.split_k import split_k
+
+
+@dataclass(frozen=True)
+class LaunchRow:
+    """One row of a launch table: tile, compile options, weight-decode flags.
+    A flag left None is not passed (the kernel's default, fused_gemm_src.py);
+    num_warps / num_stages None: the interpreter, which takes no compile
+    options."""
+
+    BLOCK_N: int
+    BLOCK_K: int
+    num_warps: Optional[int] = None
+    num_stages: Optional[int] = None
+    FAST_DECODE: Optional[bool] = None
+    MULT_BCAST: Optional[bool] = None
+    PACK_JOIN: Optional[bool] = None
+    BYTE_DECODE: Optional[bool] = None
+    BF16_DECODE: Optional[bool] = None
+
+    def settings(self) -> dict:
+        """The fields that are set, as `override=` takes them."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+# Launch flags of the weight decode (kernel docs in fused_gemm_src.py).
+# BF16_DECODE acts only in launches with bf16 operands/output (select_launch
+# drops it elsewhere): there every multiplier is exact in bf16.
+DECODE_FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE", "BF16_DECODE")
+_DECODE = dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BYTE_DECODE=True)
+
+# GPU launch rows by BLOCK_M class (tuned on an H200, see docs/benchmarks.md;
+# `python -m tools.tune` re-measures). The flags never change results
+# bitwise except FAST_DECODE, which is exact where denormals are preserved
+# (checked by fused_dequantize on the device).
+GPU_CONFIGS = {
+    "small": LaunchRow(BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True),
+    "large": LaunchRow(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, **_DECODE, BF16_DECODE=True),
+    # "small" for a short K loop (K <= SHORT_K_MAX: Qwen3's GEMM2, K = 768): BLOCK_K
+    # 256 leaves 3 iterations there; 128 ran its T=1 / T=16 GEMM 1.29x / 1.08x
+    # faster on an H200 (docs/benchmarks.md)
+    "small_short_k": LaunchRow(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True),
+    # grouped GEMM over already-dequantized (bf16) weights, mode "predequant"
+    "large_float": LaunchRow(BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
+    # the dequant-only pass of mode "predequant" (BF16_DECODE off: bound by
+    # writing its bf16 scratch, it ran 0.99-1.02x as fast with it on an H200)
+    "dequant": LaunchRow(BLOCK_N=16, BLOCK_K=512, num_warps=4, num_stages=2, **_DECODE),
+}
+# ROCm with float32 operands (precision "ieee", or float32 weights): gfx942 has
+# 64 KiB of LDS per workgroup, and the H200 tiles above need 80-192 KiB there
+# (`moe-harness targets`, docs/targets.md), so these replace them. Chosen to
+# fit (<= 32 KiB on gfx942), not yet tuned on an MI300X.
+ROCM_F32_CONFIGS = {
+    "small": LaunchRow(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=2, **_DECODE),
+    "large": LaunchRow(BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2, **_DECODE),
+    "large_float": LaunchRow(BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=2),
+}
+# ROCm with bf16 operands and 2-byte float weights (mode "predequant"'s bf16
+# scratch, bf16/fp16 checkpoints): compiled as every model runs them (sizes
+# multiples of 16, so Triton vectorises and pipelines deeper), the H200 tiles
+# need 72-96 KiB of LDS on gfx942. The same BLOCK_N with 2 stages (and BLOCK_K
+# 128 below BLOCK_M 64) needs 20-48 KiB there (`moe-harness targets`).
+# Chosen to fit, not yet tuned on an MI300X. Code-decoding launches
+# (1-byte weights and smaller) keep GPU_CONFIGS on ROCm: <= 64 KiB there.
+ROCM_BF16_FLOAT_CONFIGS = {
+    "small": LaunchRow(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=2),
+    "large": LaunchRow(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=2),
+    "large_float": LaunchRow(BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=2),
+}
+# The Triton interpreter (CPU tensors): one small tile for every launch, the
+# kernel's default flags.
+INTERP_CONFIGS = dict.fromkeys(GPU_CONFIGS, LaunchRow(BLOCK_N=16, BLOCK_K=32))
+
+TABLES = {"GPU_CONFIGS": GPU_CONFIGS, "ROCM_F32_CONFIGS": ROCM_F32_CONFIGS,
+          "ROCM_BF16_FLOAT_CONFIGS": ROCM_BF16_FLOAT_CONFIGS, "INTERP_CONFIGS": INTERP_CONFIGS}
+# tl.dot operand classes (`operands`)
+OPERANDS = ("bf16", "bf16, float weights", "float32")
+# The tables a launch reads by vendor and operand class: the first table that
+# holds one of the launch's rows gives it (a vendor table replaces the CUDA
+# rows it has).
+VENDOR_TABLES = {
+    "cuda": dict.fromkeys(OPERANDS, ("GPU_CONFIGS",)),
+    "rocm": {"bf16": ("GPU_CONFIGS",),
+             "bf16, float weights": ("ROCM_BF16_FLOAT_CONFIGS", "GPU_CONFIGS"),
+             "float32": ("ROCM_F32_CONFIGS", "GPU_CONFIGS")},
+    "interpreter": dict.fromkeys(OPERANDS, ("INTERP_CONFIGS",)),
+}
+VENDORS = tuple(VENDOR_TABLES)
+
+# Launches of the kernel: the grouped GEMM on the weights as prepared (element
+# codes decoded in the K loop, or float weights), the grouped GEMM on mode
+# "predequant"'s dequantized scratch, and the dequant-only pass.
+LAUNCHES = ("gemm", "scratch_gemm", "dequant")
+LARGE_BLOCK_M = 64  # BLOCK_M from which a GEMM takes the "large" rows
+SHORT_K_MAX = 1024
+DEQUANT_BLOCK_M = 16  # the dequant pass's BLOCK_M constexpr (it has no rows of x)
+# The fields an override may set.
+OVERRIDABLE = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "SPLIT_K")
+
+MODES = ("auto", "fused", "predequant")
+# mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows.
+# Measured per GEMM on an H200 (docs/benchmarks.md): fused was
+# 1.09-1.56x faster at 128 and 256 rows per expert (Qwen3 T=2048 / 4096,
+# Mixtral T=1024), predequant 1.07-1.17x faster at 512 on Mixtral (T=2048;
+# Qwen3 T=8192 within 8% either way) and 1.35-1.45x at 1024.
+PREDEQUANT_MIN_ROWS_PER_EXPERT = 512
+
+# Element constants of float weights (KIND 0), which never decode: one fixed
+# set, so float launches do not multiply by format.
+_NO_ELEMENT = element_constants(hf.E4M3)
+_ELEMENT_KEYS = ("MBITS", "WIDTH", "BIAS", "SIGN_BIT", "SPECIALS", "NAN_CODE", "INF_CODE", "MIN_NORMAL")
+# LaunchConfig fields that are kernel constexprs or compile options, in launch order.
+_LAUNCH_KEYS = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK",)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One launch of _moe_gemm_kernel. `table` / `row`: the table row it took;
+    fields in capitals and num_warps / num_stages: what the kernel is given (a
+    field left None is not passed); SPLIT_K programs share the K loop, each
+    over SPLIT_BLOCKS BLOCK_Ks."""
+
+    launch: str
+    vendor: str
+    table: str
+    row: str
+    fmt: Optional[str]
+    KIND: int
+    BF16: bool
+    HAS_POST: bool
+    DEQUANT_ONLY: bool
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    num_warps: Optional[int]
+    num_stages: Optional[int]
+    FAST_DECODE: Optional[bool]
+    MULT_BCAST: Optional[bool]
+    PACK_JOIN: Optional[bool]
+    BYTE_DECODE: Optional[bool]
+    BF16_DECODE: Optional[bool]
+    EVEN_NK: bool
+    SPLIT_K: int
+    SPLIT_BLOCKS: int
+
+    def meta(self) -> dict:
+        """The kernel's constexprs and compile options, as the launcher passes them."""
+        out = dict(KIND=self.KIND, BF16=self.BF16, HAS_POST=self.HAS_POST, DEQUANT_ONLY=self.DEQUANT_ONLY,
+                   BLOCK_M=self.BLOCK_M, **format_constexprs(self.KIND, self.fmt))
+        out.update((k, getattr(self, k)) for k in _LAUNCH_KEYS if getattr(self, k) is not None)
+        return out
+
+
+def format_constexprs(kind: int, fmt: Optional[str]) -> dict:
+    """The weight format's constexprs (element decode, packing, block size)."""
+    if kind == 0:
+        return dict(PACKED=False, QBLOCK=32, **{k: _NO_ELEMENT[k] for k in _ELEMENT_KEYS})
+    spec = hf.get_format(fmt)
+    if spec.element.is_int:
+        raise ValueError(f"{spec.name}: integer elements are not implemented in the fused MoE GEMM "
+                         "(use backend='unfused')")
+    el = element_constants(spec.element)
+    return dict(PACKED=spec.is_fp4, QBLOCK=spec.block_size, **{k: el[k] for k in _ELEMENT_KEYS})
+
+
+def on_rocm() -> bool:
+    return torch.version.hip is not None
+
+
+def vendor_of(device) -> str:
+    """"interpreter" for tensors off the GPU (the Triton interpreter runs
+    them), else "rocm" or "cuda" by the torch build."""
+    if torch.device(device).type != "cuda":
+        return "interpreter"
+    return "rocm" if on_rocm() else "cuda"
+
+
+def launch_tables(vendor: Optional[str] = None) -> dict:
+    """Which table the GEMM's launches take by operand class on a vendor (by
+    default this machine's GPU)."""
+    vendor = vendor or ("rocm" if on_rocm() else "cuda")
+    return {ops: chain[0] for ops, chain in VENDOR_TABLES[vendor].items()}
+
+
+def operands(kind: int, bf16: bool, w_bytes: int) -> str:
+    """The tl.dot operand class of a launch: float32 for precision "ieee" and
+    for float32 weights, else bf16 (with 2-byte float weights, or with decoded
+    codes)."""
+    if not bf16 or (kind == 0 and w_bytes == 4):
+        return "float32"
+    return "bf16, float weights" if kind == 0 else "bf16"
+
+
+def row_names(launch: str, kind: int, block_m: int, k: int) -> tuple:
+    """The rows a launch can take, preferred first: "small" below BLOCK_M 64,
+    else "large" ("large_float" on predequant's scratch); a code-decoding
+    GEMM with a short K loop prefers "small_short_k"; the dequant pass has its
+    own row."""
+    if launch == "dequant":
+        return ("dequant",)
+    if block_m >= LARGE_BLOCK_M:
+        return ("large_float",) if launch == "scratch_gemm" else ("large",)
+    if launch == "gemm" and kind == 1 and 0 < k <= SHORT_K_MAX:
+        return ("small_short_k", "small")
+    return ("small",)
+
+
+def table_row(vendor: str, ops: str, names: tuple) -> tuple:
+    """(table name, row name, LaunchRow): the first of the vendor's tables for
+    the operand class that holds one of `names`, its most preferred one there."""
+    for table in VENDOR_TABLES[vendor][ops]:
+        for name in names:
+            if name in TABLES[table]:
+                return table, name, TABLES[table][name]
+    raise ValueError(f"no launch table of {vendor} ({ops} operands) has a row {' or '.join(names)}")
+
+
+def set_row(table: str, row: str, value: LaunchRow) -> LaunchRow:
+    """The process-wide override: every later launch that takes `row` of
+    `table` takes `value` instead. Returns the row it replaced (to restore it)."""
+    if table not in TABLES or row not in TABLES[table]:
+        raise ValueError(f"no launch row {table}[{row!r}]")
+    if not isinstance(value, LaunchRow):
+        raise TypeError(f"set_row takes a LaunchRow, got {type(value).__name__}")
+    old = TABLES[table][row]
+    TABLES[table][row] = value
+    return old
+
+
+def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: Optional[str] = None,
+                  bf16: bool = False, has_post: bool = False, block_m: int = DEQUANT_BLOCK_M, w_bytes: int = 1,
+                  pairs: int = 0, experts: int = 0, sm_count: Optional[int] = None,
+                  override: Optional[Mapping] = None) -> LaunchConfig:
+    """The launch configuration of one launch (LAUNCHES) on `vendor` (VENDORS).
+
+    kind: the weights it reads (0 float, 1 element codes of `fmt`); bf16: tl.dot
+    operands in bf16 (for "dequant": it writes a bf16 scratch); has_post: the
+    post factor after the dot; block_m: BLOCK_M of the pair layout; n, k: the
+    GEMM's N and K (0 where unknown: the compile check); w_bytes: bytes per
+    stored weight element. The K split: SPLIT_K of the override, else
+    split_k.split_k from pairs, experts and sm_count (no split without an SM
+    count: the interpreter, the compile check)."""
+    if launch not in LAUNCHES:
+        raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
+    if vendor not in VENDORS:
+        raise ValueError(f"unknown vendor {vendor!r}; expected one of {', '.join(VENDORS)}")
+    if launch == "scratch_gemm" and kind != 0:
+        raise ValueError("the GEMM on predequant's scratch reads float weights (kind 0)")
+    override = dict(override or {})
+    unknown = sorted(set(override) - set(OVERRIDABLE))
+    if unknown:
+        raise ValueError(f"launch override sets {', '.join(unknown)}; it may set {', '.join(OVERRIDABLE)}")
+    dequant = launch == "dequant"
+    if dequant and override.get("SPLIT_K") is not None:
+        raise ValueError("the dequant pass has no K split (SPLIT_K)")
+    interpret = vendor == "interpreter"
+    bm = DEQUANT_BLOCK_M if dequant else block_m
+    table, name, row = table_row(vendor, operands(kind, bf16, w_bytes), row_names(launch, kind, bm, k))
+    cfg = asdict(row)
+    cfg.update((f, v) for f, v in override.items() if f in cfg)
+    if interpret:
+        cfg.update(num_warps=None, num_stages=None)
+        if dequant:  # an override's tile is for the GPU: the interpreter's dequant pass keeps its row's
+            cfg.update(BLOCK_N=row.BLOCK_N, BLOCK_K=row.BLOCK_K)
+    if kind == 0 and not dequant:  # float weights are not decoded
+        cfg.update(dict.fromkeys(DECODE_FLAGS))
+    if not bf16:  # "ieee" multipliers (fl32(s / gs)) are not exact in bf16
+        cfg["BF16_DECODE"] = None
+    if interpret and cfg["BF16_DECODE"]:
+        # The Triton interpreter's bf16 arithmetic is wrong (0x8040 * 2^126 gave -2^-63, not -0.5; triton 3.9).
+        raise ValueError("launch flag BF16_DECODE needs a CUDA/ROCm device: the Triton interpreter (CPU) does not "
+                         "compute bf16 arithmetic correctly")
+    format_constexprs(kind, fmt)  # refuses a format the kernel does not decode
+    even_nk = override.get("EVEN_NK")
+    if even_nk is None:
+        even_nk = n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0
+    k_blocks = triton_cdiv(k, cfg["BLOCK_K"])
+    splits = override.get("SPLIT_K")
+    if splits is None:
+        splits = 1 if dequant or sm_count is None else split_k(
+            pairs, experts, triton_cdiv(n, cfg["BLOCK_N"]), k, bm, cfg["BLOCK_K"], sm_count)
+    elif not isinstance(splits, int) or splits < 1:
+        raise ValueError(f"launch config SPLIT_K must be an int >= 1, got {splits!r}")
+    split_blocks = triton_cdiv(k_blocks, splits)
+    if split_blocks:
+        splits = triton_cdiv(k_blocks, split_blocks)  # no empty split
+    return LaunchConfig(launch=launch, vendor=vendor, table=table, row=name, fmt=None if kind == 0 else fmt,
+                        KIND=kind, BF16=bf16 and not dequant, HAS_POST=has_post and not dequant,
+                        DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, EVEN_NK=even_nk, SPLIT_K=splits,
+                        SPLIT_BLOCKS=split_blocks)
+
+
+def resolve_mode(mode: str, vendor: str, kind: int, pairs: int, experts: int) -> str:
+    """Mode "auto": "predequant" on a GPU for element codes once an expert
+    averages PREDEQUANT_MIN_ROWS_PER_EXPERT pairs, else "fused"."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if mode != "auto":
+        return mode
+    many = pairs >= PREDEQUANT_MIN_ROWS_PER_EXPERT * experts
+    return "predequant" if vendor != "interpreter" and kind == 1 and many else "fused"

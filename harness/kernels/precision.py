@@ -1,0 +1,23 @@
+"""Operand precision of the fused MoE GEMM: "ieee" (float32 operands) or
+"bf16" (bf16 operands, float32 accumulation), and what "auto" picks.
+error_bound.c_prec gives each one's term of the GEMM contract."""
+from __future__ import annotations
+
+import torch
+
+PRECISIONS = ("auto", "ieee", "bf16")
+RESOLVED_PRECISIONS = ("ieee", "bf16")
+
+
+def resolve_precision(precision: str, scheme, device=None) -> str:
+    """"auto": "ieee" on CPU (interpreter) and for schemes whose activations
+    are not exact in bf16 (fp8 per-tensor, weight-only, unquantized); "bf16"
+    on GPU for nvfp4 and MX-activation schemes."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown fused precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    if precision != "auto":
+        return precision
+    if device is None or torch.device(device).type != "cuda":
+        return "ieee"
+    # bf16 where the operands are exact in bf16 (MX x MX) or rescaled exactly (nvfp4)
+    return "bf16" if scheme.two_level or (scheme.act_block_fmt is not None) else "ieee"

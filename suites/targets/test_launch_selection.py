@@ -1,0 +1,57 @@
+"""The fused MoE GEMM's launch selector (harness/kernels/launch_config.py)
+against its snapshot: every launch choice of the grid in launch_grid.py --
+GEMM and dequant launches on CUDA, ROCm and the interpreter, every weights
+kind and format, both precisions, every BLOCK_M class, N and K around every
+threshold and tile, launch overrides, the K split, mode "auto", BLOCK_M of
+the pair layout -- gives the constexprs, compile options and splits the
+snapshot holds. A table row or rule changed on purpose is written into the
+snapshot with `python -m suites.targets.launch_grid --write`."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.kernels import launch_config as lc
+from suites.targets import launch_grid
+
+REWRITE = "PYTHONPATH=$PWD python -m suites.targets.launch_grid --write"
+
+
+def test_every_launch_choice_matches_the_snapshot():
+    diff = launch_grid.differences(launch_grid.read(), launch_grid.evaluate())
+    assert not diff, (f"{len(diff)} launch choices differ from suites/targets/fixtures/launches.json (a change on "
+                      f"purpose: {REWRITE}, and review the diff):\n" + "\n".join(diff[:12]))
+
+
+def test_a_changed_row_differs_from_the_snapshot(monkeypatch):
+    """The comparison sees a one-field change of one row, and only the launches that take it."""
+    monkeypatch.setitem(lc.GPU_CONFIGS, "large", dataclasses.replace(lc.GPU_CONFIGS["large"], num_stages=3))
+    diff = launch_grid.differences(launch_grid.read(), launch_grid.evaluate())
+    assert diff and all(d.startswith("gemm [") for d in diff), diff[:3]
+    points = [d.split("[", 1)[1].split("]", 1)[0].split() for d in diff]  # vendor weights bf16 post bm n k override
+    assert {(p[0], p[4]) for p in points} == {("cuda", "64"), ("cuda", "128"), ("rocm", "64"), ("rocm", "128")}
+
+
+def test_an_override_names_launch_fields():
+    kw = dict(kind=1, fmt="mxfp4", block_m=16, n=64, k=4096)
+    with pytest.raises(ValueError, match="launch override sets BLOCK_Q"):
+        lc.select_launch("gemm", "cuda", override={"BLOCK_Q": 8}, **kw)
+    with pytest.raises(ValueError, match="no K split"):
+        lc.select_launch("dequant", "cuda", kind=1, fmt="mxfp4", n=64, k=256, override={"SPLIT_K": 2})
+    got = lc.select_launch("gemm", "cuda", override={"BLOCK_N": 32, "SPLIT_K": 2}, **kw)
+    assert (got.BLOCK_N, got.SPLIT_K, got.BLOCK_K) == (32, 2, lc.GPU_CONFIGS["small"].BLOCK_K)
+
+
+def test_set_row_reaches_every_later_launch():
+    kw = dict(kind=1, fmt="mxfp4", bf16=True, block_m=128, n=4096, k=4096)
+    row = dataclasses.replace(lc.GPU_CONFIGS["large"], BLOCK_N=64)
+    old = lc.set_row("GPU_CONFIGS", "large", row)
+    try:
+        got = lc.select_launch("gemm", "cuda", **kw)
+        assert (got.table, got.row, got.BLOCK_N) == ("GPU_CONFIGS", "large", 64)
+    finally:
+        assert lc.set_row("GPU_CONFIGS", "large", old) is row
+    assert lc.select_launch("gemm", "cuda", **kw).BLOCK_N == old.BLOCK_N
+    with pytest.raises(ValueError, match="no launch row"):
+        lc.set_row("GPU_CONFIGS", "huge", row)
