@@ -272,8 +272,8 @@ FAULTS += [
      "        pass\n    return dict(summary",
      [CK + "test_interrupt.py::test_synth_interrupted"]),
     ("conform: an interrupted run leaves the implementation running", "harness/conformance/isolation.py",
-     "            if status is None:\n                status = _stop(pid, limits.grace_s)",
-     "            if status is None:\n                status = 0",
+     "            if code is None:\n                code = _stop(proc, limits.grace_s)",
+     "            if code is None:\n                code = 0",
      [IS + "test_conform_interrupted_writes_the_report_of_what_finished"]),
     ("pipeline run: jobs get SIGKILL at once, no SIGTERM and grace", "harness/pipelines/runner.py",
      "os.killpg(p.pid, signal.SIGTERM)", "os.killpg(p.pid, signal.SIGKILL)",
@@ -478,8 +478,9 @@ FAULTS += [
 # conform isolation: the child is reaped once, also when it exits before the
 # parent has read every cell it sent.
 FAULTS += [
-    ("conform isolation: the child reaped again after it exited", "harness/conformance/isolation.py",
-     "if status is None:  # reap once; then drain what it sent before it exited", "if True:",
+    ("conform isolation: the child's last cells dropped when it exits before they are read",
+     "harness/conformance/isolation.py",
+     "if proc.exitcode is not None and not recv.poll(0):", "if proc.exitcode is not None:",
      ["suites/conformance/test_isolation.py::test_a_child_that_exits_before_its_cells_are_read_is_reaped_once"]),
 ]
 

@@ -10,6 +10,7 @@ what finished is written and marked interrupted). `--moe` holds MoE layers to
 the bug-class checks instead (harness.commands.conform_moe)."""
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import time
@@ -62,6 +63,9 @@ def _formats(arg):
 
 
 def main(args) -> int:
+    # CUDA availability through NVML: cudaGetDeviceCount would initialize the
+    # driver in this process, which no forked child could then use
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     if args.moe:
         return conform_moe.main(args)
     if args.list:
@@ -125,6 +129,7 @@ def main(args) -> int:
         print(f"SKIP  {s['name']}: {s['reason']}")
     for i in data["implementations"]:
         why = f" -- {i['error']}" if i.get("error") else ""
+        why += f" (ran {i['isolation']})" if i.get("isolation") else ""
         print(f"{'FAIL' if i['failed'] else 'PASS'}  {i['name']} {i['version']}: {i['cells']} cells, {i['seconds']} s{why}")
     if "interrupted" in data:
         print(f"INTERRUPTED ({data['interrupted']}) after {elapsed} s -- report of what finished: {rd.path}/summary.md",

@@ -1,9 +1,12 @@
 """Each implementation's cells run in a child process of their own, so that
 one implementation cannot end, hang or corrupt the run of another.
 
-The child is forked from the run (it inherits the implementation object, the
-inputs and the registry: an Implementation built in-process, a closure in a
-pytest test included), leads its own process group, has SIGINT/SIGTERM at
+On the CPU the child is forked from the run (it inherits the implementation
+object, the inputs and the registry: an Implementation built in-process, a
+closure in a pytest test included); a CUDA run spawns a fresh interpreter
+instead (CUDA does not survive a fork of a process that initialized the
+driver), which takes the implementation by pickle (`start_method`). The
+child leads its own process group, has SIGINT/SIGTERM at
 their defaults, and writes its stdout/stderr to a file. It sends one message
 per cell over a pipe. The parent gives each cell `cell_timeout_s` and the
 whole implementation `impl_timeout_s`, and stops the child's group (SIGTERM,
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import tempfile
@@ -44,6 +48,7 @@ class Limits:
     impl_timeout_s: float = IMPL_TIMEOUT_S
     output_limit: int = OUTPUT_LIMIT
     grace_s: float = GRACE_S
+    start: str | None = None      # "fork" or "spawn"; None: fork on the CPU, spawn for CUDA
 
     def __post_init__(self):
         for k in ("cell_timeout_s", "impl_timeout_s", "grace_s"):
@@ -52,6 +57,8 @@ class Limits:
                 raise ValueError(f"{k} must be a positive number of seconds, got {v!r}")
         if not (isinstance(self.output_limit, int) and self.output_limit > 0):
             raise ValueError(f"output_limit must be a positive number of bytes, got {self.output_limit!r}")
+        if self.start not in (None, "fork", "spawn"):
+            raise ValueError(f"start must be 'fork' or 'spawn', got {self.start!r}")
 
 
 @dataclass
@@ -60,6 +67,7 @@ class Outcome:
     error: str | None = None          # why the implementation failed as a whole (exit, signal, timeout, ...)
     output_tail: str = ""
     interrupted: BaseException | None = None
+    isolation: str = ""               # set when the implementation did not run in a child process (why)
 
 
 def _one(impl, job, device, registry, seed) -> dict:
@@ -83,13 +91,14 @@ def run_in_process(impl, jobs, device, registry, seed, progress=None) -> Outcome
     return out
 
 
-def _child(impl, jobs, device, registry, seed, conn, out_fd) -> None:
-    """The forked child: never returns (os._exit), whatever the implementation does."""
+def _child(impl, jobs, device, registry, seed, conn, out_path) -> None:
+    """The child: never returns (os._exit), whatever the implementation does."""
     code = 70
     try:
         os.setsid()
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_DFL)
+        out_fd = os.open(out_path, os.O_WRONLY | os.O_APPEND)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
         # the parent's OpenMP pool does not survive a fork (libgomp hangs in the
@@ -121,32 +130,43 @@ def _child(impl, jobs, device, registry, seed, conn, out_fd) -> None:
         os._exit(code)
 
 
-def _reap(pid: int, wait_s: float):
-    """The child's exit status once it exits by itself within `wait_s`, else after stopping it."""
-    end = time.monotonic() + wait_s
-    while time.monotonic() < end:
-        done, st = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return st
-        time.sleep(0.01)
-    return _stop(pid, 0.1)
+def _reap(proc, wait_s: float) -> int:
+    """The child's exit code (negative: the signal) once it exits by itself within `wait_s`, else after stopping it."""
+    proc.join(wait_s)
+    return proc.exitcode if proc.exitcode is not None else _stop(proc, 0.1)
 
 
-def _stop(pid: int, grace_s: float) -> int:
-    """SIGTERM to the child's group, `grace_s`, SIGKILL; its exit status."""
-    interrupt.terminate_group(pid, grace_s)
+def _stop(proc, grace_s: float) -> int:
+    """SIGTERM to the child's group, `grace_s`, SIGKILL; its exit code."""
+    interrupt.terminate_group(proc.pid, grace_s)
     try:
-        os.kill(pid, signal.SIGKILL)  # not yet its own group leader when it was stopped
+        os.kill(proc.pid, signal.SIGKILL)  # not yet its own group leader when it was stopped
     except ProcessLookupError:
         pass
-    return os.waitpid(pid, 0)[1]
+    proc.join()
+    return proc.exitcode
 
 
-def _status(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        return f"killed by signal {signal.Signals(sig).name}"
-    return f"exited with status {os.WEXITSTATUS(status)}"
+def _status(code: int) -> str:
+    if code < 0:
+        return f"killed by signal {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+def start_method(device, impl, start=None) -> tuple:
+    """("fork" | "spawn" | None, why). CUDA does not survive a fork once the
+    driver is initialized (torch.cuda.is_available() does that), so a CUDA run
+    spawns a fresh interpreter, which takes the implementation by pickle (a
+    module-level object); one that does not pickle runs in this process, and
+    the report says so."""
+    if start == "fork" or (start is None and torch.device(device).type != "cuda"):
+        return "fork", ""
+    try:
+        pickle.dumps(impl)
+    except Exception as e:
+        return None, (f"in this process: a CUDA run needs a fresh interpreter and the implementation does not "
+                      f"pickle ({type(e).__name__}: {' '.join(str(e).split())[:120]})")
+    return "spawn", ""
 
 
 def _tail(path: str) -> str:
@@ -158,17 +178,22 @@ def _tail(path: str) -> str:
 
 def run_isolated(impl, jobs, device, registry, seed, limits: Limits | None = None, progress=None) -> Outcome:
     limits = limits or Limits()
+    method, why = start_method(device, impl, limits.start)
+    if method is None:
+        out = run_in_process(impl, jobs, device, registry, seed, progress)
+        out.isolation = why
+        return out
+    ctx = multiprocessing.get_context(method)
     out = Outcome()
-    recv, send = multiprocessing.Pipe(duplex=False)
+    recv, send = ctx.Pipe(duplex=False)
     with tempfile.NamedTemporaryFile(prefix="moe-harness-conform-", suffix=".out") as log:
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child
-            recv.close()
-            _child(impl, jobs, device, registry, seed, send, log.fileno())
+        proc = ctx.Process(target=_child, args=(impl, jobs, device, registry, seed, send, log.name), daemon=False)
+        with interrupt.deferred():  # a spawn writes the child's setup data: not cut in half
+            proc.start()
         send.close()
-        status, current, t0, finished = None, None, time.monotonic(), False
+        code, current, t0, finished = None, None, time.monotonic(), False
         cell_t0 = t0
         try:
             while True:
@@ -198,33 +223,30 @@ def run_isolated(impl, jobs, device, registry, seed, limits: Limits | None = Non
                         current = None
                     elif kind == "done":
                         finished = True
-                        if status is None:
-                            status = _reap(pid, limits.grace_s)
+                        code = _reap(proc, limits.grace_s)
                         break
                     elif kind == "exit":
                         out.error = value + (f" (in cell {current})" if current else "")
                         break
                     else:  # the pipe closed: the process is gone
                         break
-                if status is None:  # reap once; then drain what it sent before it exited
-                    done, st = os.waitpid(pid, os.WNOHANG)
-                    if done:
-                        status = st
-                if status is not None and not recv.poll(0):
+                # exited: stop once every cell it sent before exiting is read
+                if proc.exitcode is not None and not recv.poll(0):
+                    code = proc.exitcode
                     break
         except KeyboardInterrupt as e:
             out.interrupted = e
             out.error = f"interrupted ({interrupt.signal_name(e)})" + (f" in cell {current}" if current else "")
         finally:
-            if status is None:
-                status = _stop(pid, limits.grace_s)
+            if code is None:
+                code = _stop(proc, limits.grace_s)
             recv.close()
         if finished:
             pass  # every cell reported; how the process went after that does not matter
-        elif out.error is None and not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-            out.error = _status(status) + (f" (in cell {current})" if current else "")
+        elif out.error is None and code != 0:
+            out.error = _status(code) + (f" (in cell {current})" if current else "")
         elif out.error is None and len(out.cells) != len(jobs):
-            out.error = f"{_status(status)} after {len(out.cells)} of {len(jobs)} cells"
+            out.error = f"{_status(code)} after {len(out.cells)} of {len(jobs)} cells"
         out.output_tail = _tail(log.name)
     return out
 

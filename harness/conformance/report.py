@@ -91,6 +91,9 @@ def markdown(data: dict, meta: dict) -> str:
             tail = " ".join((i.get("output_tail") or "").split())[-300:]
             lines.append(f"- `{i['name']}`: **FAIL**: {i['error']}" + (f"; last output: `{tail}`" if tail else ""))
         lines.append("")
+    for i in data["implementations"]:
+        if i.get("isolation"):
+            lines += [f"- `{i['name']}` ran {i['isolation']}", ""]
     bad = list(unexplained(data))
     lines += ["## Unexplained divergences (who is right, and the smallest block that shows it)", ""]
     for c, stage, f in bad:

@@ -107,6 +107,8 @@ def run_conformance(names, formats=None, device="cpu", seed: int = 0, random_blo
         cells.extend(got.cells)
         info = dict(impl.describe(), cells=len(got.cells), seconds=round(time.perf_counter() - t0, 2),
                     failed=got.error is not None or any(c["failed"] for c in got.cells))
+        if got.isolation:
+            info["isolation"] = got.isolation
         if got.error is not None:
             info["error"] = got.error
             info["output_tail"] = got.output_tail

@@ -5,7 +5,7 @@ that implementation's FAIL with its reason, and keep every other verdict).
 mutates_qdq    correct qdq that also writes its result into its input
 exits_0        sys.exit(0) inside qdq          exits_7    sys.exit(7)
 os_exit        os._exit(3)                     segfault   SIGSEGV to itself
-hangs          sleeps for an hour              chatty     prints 8 MB, then a correct qdq
+hangs          sleeps 5 minutes                chatty     prints 8 MB, then a correct qdq
 factory_raises a factory raising RuntimeError  returns_nothing  qdq returns None
 correct        the reference itself
 """
@@ -40,7 +40,7 @@ def _doing(act):
 def _sleep():
     if os.environ.get("HANG_READY"):  # tells an interruption test the hang has begun
         open(os.environ["HANG_READY"], "w").close()
-    time.sleep(3600)
+    time.sleep(300)  # long past any limit a test sets; short enough that a leak ends by itself
 
 
 def _chat():
@@ -61,6 +61,19 @@ segfault = _impl("segfault", _doing(lambda: os.kill(os.getpid(), signal.SIGSEGV)
 hangs = _impl("hangs", _doing(_sleep))
 chatty = _impl("chatty", _doing(_chat))
 returns_nothing = _impl("returns-nothing", lambda x, fmt, mode, rounding, gs: None)
+
+
+def _exit_5_qdq(x, fmt, mode, rounding, gs):
+    os._exit(5)
+
+
+def _segv_qdq(x, fmt, mode, rounding, gs):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+# module-level functions only: these pickle (what a spawned child is given)
+picklable_exit = _impl("picklable-exit", _exit_5_qdq)
+picklable_segv = _impl("picklable-segv", _segv_qdq)
 
 
 def factory_raises():

@@ -130,3 +130,20 @@ def test_conform_interrupted_writes_the_report_of_what_finished(tmp_path, sig, c
     assert f"interrupted ({sig.name})" in _impl(data, "hangs")["error"]
     assert "ties-away" not in [i["name"] for i in data["implementations"]]
     assert "INTERRUPTED" in (tmp_path / "reports" / "latest" / "summary.md").read_text()
+
+
+def test_spawned_children_as_a_cuda_run_uses_them():
+    """A CUDA run spawns each implementation's child (CUDA does not survive a
+    fork): the same verdicts through a fresh interpreter, run here on the CPU;
+    an implementation that does not pickle runs in-process, and says so."""
+    from harness.conformance import get_implementation, run_conformance
+    from harness.conformance.isolation import Limits, start_method
+
+    names = [H + "correct", H + "picklable_exit", H + "picklable_segv"]
+    data = run_conformance(names, formats=["mxfp4"], random_blocks=8, limits=Limits(start="spawn"))
+    assert not _impl(data, "correct")["failed"] and _impl(data, "correct")["cells"] == 3
+    assert "exited with status 5" in _impl(data, "picklable-exit")["error"]
+    assert "killed by signal SIGSEGV" in _impl(data, "picklable-segv")["error"]
+    method, why = start_method("cuda", get_implementation(H + "exits_0"))
+    assert method is None and "does not pickle" in why
+    assert start_method("cuda", get_implementation(H + "correct")) == ("spawn", "")
