@@ -1,7 +1,7 @@
-"""Device time per kernel of one emulated MoE forward (torch.profiler).
+"""GPU time per kernel of one emulated MoE forward (torch.profiler).
 
 python tools/profile_moe.py --shapes mixtral,qwen3-30b-a3b --tokens 1,16 --schemes nvfp4,w_mxfp4_a_mxfp4
-prints JSON: per (shape, T, scheme) the kernels sorted by device time.
+prints JSON: per (shape, T, scheme) the kernels sorted by GPU time.
 """
 import argparse
 import json

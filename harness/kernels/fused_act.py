@@ -7,7 +7,7 @@ x / (1 + expf(-x)) in float32 with IEEE division (ATen is built without fast
 math), materialised, then one float32 multiply by `up`. Here: libdevice's
 expf (the CUDA math library's expf, which ATen's compiles to), div_rn, no FMA
 contraction; one read of h and one write instead of two kernels and an
-intermediate (~0.5 ms less device time per Mixtral T=4096 forward,
+intermediate (~0.5 ms less GPU kernel time per Mixtral T=4096 forward,
 docs/benchmarks.md).
 
 scale_to_bf16 ((x * g).to(bfloat16), nvfp4's x * gs_a before the bf16 GEMM):
