@@ -204,7 +204,7 @@ FAULTS += [
      [AR + "test_no_module_imports_itself_through_others"]),
 ]
 
-# Nothing wrong passes (#26): checkpoint shards, index, completeness and scale
+# Nothing wrong passes: checkpoint shards, index, completeness and scale
 # values; the verified checkpoint cache; conform's isolation and comparison rules.
 CK = "suites/checkpoints/"
 SH = CK + "test_shards_and_completeness.py::"
@@ -261,7 +261,7 @@ FAULTS += [
       CR + "test_an_implementation_with_another_nan_payload_passes_and_nan_for_a_number_fails"]),
 ]
 
-# Interruption (#26): every long command stops its children (SIGTERM, grace,
+# Interruption: every long command stops its children (SIGTERM, grace,
 # SIGKILL), removes its temporaries and marks its report.
 FAULTS += [
     ("make: the maker outlives an interrupted make", "harness/util/interrupt.py",
@@ -368,7 +368,7 @@ FAULTS += [
      "    except NotImplementedError as e:\n        raise CheckFailed(f\"expert weights past 2^31 bytes", [MT]),
 ]
 
-# A user's first config (issue #27): vLLM configs run as vLLM means them or are
+# A user's first config: vLLM configs run as vLLM means them or are
 # refused in one line; the dry-run plan is the run's gate list; thresholds
 # round outward; the plot survives an accuracy of 1.0.
 FC = "suites/lm_eval/test_first_config.py::"
@@ -409,7 +409,7 @@ FAULTS += [
 ]
 
 
-# One command-line convention (issue #27): every subcommand takes --reports,
+# One command-line convention: every subcommand takes --reports,
 # -q, -v and lists the exit codes; a run writes the three files, moves
 # `latest` and logs library noise; bad input is exit 2 with no folder.
 CV = "suites/test_cli_convention.py::"
@@ -433,7 +433,7 @@ FAULTS += [
      [CV + "test_bad_input_is_one_line_exit_2_and_no_report"]),
 ]
 
-# conform's output (issue #27): the verdict and the minimal block on the
+# conform's output: the verdict and the minimal block on the
 # terminal and in the plugin's message, only matched registry entries,
 # heatmap colour = verdict.
 CO = "suites/conformance/test_conform_output.py::"
@@ -457,7 +457,7 @@ FAULTS += [
 ]
 
 
-# Long work is never silent and plots keep their thresholds in view (issue #27).
+# Long work is never silent and plots keep their thresholds in view.
 FAULTS += [
     ("eval progress: no line until a phase ends", "harness/lmeval/progress.py",
      "        if done < total and self.last is not None and now - self.last < self.every:\n            return",

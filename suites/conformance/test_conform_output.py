@@ -1,4 +1,4 @@
-"""What `moe-harness conform` says (issue #27, finding 6): per failing cell
+"""What `moe-harness conform` says: per failing cell
 the verdict and the minimal block on the terminal, as summary.md has them;
 summary.md lists only the registry entries this run matched; the heatmap's
 colour is the verdict (a 99% cell with unexplained divergences is red); the

@@ -1,4 +1,4 @@
-"""A user's first config tells the truth (issue #27): vLLM's own lm-eval
+"""A user's first config tells the truth: vLLM's own lm-eval
 configs run as vLLM means them or are refused in one line (exit 2); the plot
 survives an accuracy of 1.0; --scheme never inherits another scheme's
 thresholds; the dry-run plan is the list of gates the run evaluates;
