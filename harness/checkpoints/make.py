@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,9 +34,8 @@ def _run_worker(producer: str, scheme: str, work: Path, model_dir: Path, log: Pa
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_DATASETS_OFFLINE="1")
     with open(log, "w") as err, tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "harness.checkpoints.make_worker", producer, scheme, str(work),
-                                 str(model_dir)], stdout=out, stderr=err, text=True, env=env, start_new_session=True)
-        rc = interrupt.wait_or_stop(proc)
+        rc = interrupt.run_group([sys.executable, "-m", "harness.checkpoints.make_worker", producer, scheme,
+                                  str(work), str(model_dir)], stdout=out, stderr=err, text=True, env=env)
         out.seek(0)
         text = out.read()
         err.write(text)

@@ -10,15 +10,17 @@ and must not be cut in half.
 `group_alive` / `kill_group` / `terminate_group` are the process-group
 half: a job runs in its own group, and stopping it means SIGTERM to the
 group, a grace period, then SIGKILL until no live member is left.
-`wait_or_stop` waits for a child started with `start_new_session=True` and,
-when the wait is interrupted (or the child outlives its time limit), stops
-its whole group that way before the exception goes on.
+`run_group` starts a child as the leader of its own group (signals held
+until it is in hand) and waits for it; when the wait is interrupted (or the
+child outlives its time limit) it stops the whole group that way before the
+exception goes on.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
@@ -141,16 +143,25 @@ def terminate_group(pgid: int, grace_s: float = GRACE_S) -> list[int]:
     return kill_group(pgid)
 
 
-def wait_or_stop(proc, timeout_s: float | None = None, grace_s: float = GRACE_S) -> int:
-    """proc.wait(); on any exception while waiting (Interrupted, or the
-    timeout's subprocess.TimeoutExpired) the child's group is terminated
-    first, then the exception goes on. `proc` must lead its own group
-    (Popen(start_new_session=True))."""
+def run_group(args, timeout_s: float | None = None, grace_s: float = GRACE_S, **popen_kw) -> int:
+    """Run `args` as the leader of a new process group and wait for it; on
+    any exception (Interrupted, or the timeout's subprocess.TimeoutExpired)
+    the group is terminated first, then the exception goes on.
+
+    The start is where a signal would leak the child: once the child has
+    been exec'd, Popen still reads its error pipe before it returns, and an
+    Interrupted raised there leaves no Popen object to stop. So signals are
+    held while it starts, and one that came meanwhile is raised with the
+    child already in hand."""
+    proc = None
     try:
+        with deferred():
+            proc = subprocess.Popen(args, start_new_session=True, **popen_kw)
         return proc.wait(timeout=timeout_s)
     except BaseException:
-        terminate_group(proc.pid, grace_s)
-        proc.wait()
+        if proc is not None:
+            terminate_group(proc.pid, grace_s)
+            proc.wait()
         raise
 
 

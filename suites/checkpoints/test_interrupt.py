@@ -2,12 +2,16 @@
 command alone): the maker's process group is stopped (SIGTERM, grace, SIGKILL),
 no temporary folder is left, the cached entry is what it was (verified, its
 log untouched), one line, exit 130 / 143, no traceback."""
+import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
 from harness.checkpoints import cache, make
 from harness.checkpoints.make import make_checkpoint
+from harness.util import interrupt as itr
 
 from suites.interrupting import interrupt, marked, one_line, start, wait_until
 
@@ -57,3 +61,35 @@ def test_synth_interrupted(tmp_path, sig, code):
     assert rc == code, (rc, out, err)
     assert sig.name in one_line(err, "moe-harness checkpoint synth: interrupted")
     assert alive == [] and sorted(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_maker_starts_still_stops_it(monkeypatch, sig):
+    """The window the timed tests above only hit by luck: the child is already
+    exec'd but Popen has not returned (it still reads the child's error pipe)
+    when the signal comes. Made certain here: Popen returns only after the
+    signal was raised. The child must be stopped all the same."""
+    real = subprocess.Popen
+    started = []
+
+    def popen_then_signal(*a, **kw):
+        proc = real(*a, **kw)
+        started.append(proc)
+        signal.raise_signal(sig)  # under catch_signals: Interrupted here, before the caller has `proc`
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    try:
+        with itr.catch_signals(), pytest.raises(itr.Interrupted) as got:
+            itr.run_group([sys.executable, "-c", "import time; time.sleep(120)"], grace_s=5.0)
+        assert got.value.signum == sig
+        (proc,) = started
+        assert proc.returncode is not None, "the child outlived the interrupted start"
+        assert itr.group_alive(proc.pid) == []
+        with pytest.raises(ProcessLookupError):
+            os.kill(proc.pid, 0)  # reaped, not a zombie
+    finally:
+        for proc in started:  # a leaked child must not outlive the test either
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
