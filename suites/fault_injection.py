@@ -518,6 +518,20 @@ FAULTS += [
      "", SW),
 ]
 
+# bench moe against its production peer: the same codes, the right row, the right target.
+BP = "suites/properties/test_moe_bench_peer.py::"
+FAULTS += [
+    ("bench moe: the peer handed gate/up concatenated, not interleaved", "harness/commands/bench/moe_peer.py",
+     'hf.pack_fp4(interleave_gate_up(q13.codes))', 'hf.pack_fp4(q13.codes)',
+     [BP + "test_the_peer_gets_the_codes_the_harness_w4a16_row_runs"]),
+    ("bench moe: a row held to the peer row of another T", "harness/commands/bench/moe.py",
+     '"vs_peer": _ratio(best, peer_best.get(T)),', '"vs_peer": _ratio(best, peer_best.get(min(peer_best, default=T))),',
+     [BP + "test_every_harness_row_is_held_to_the_peer_row_of_its_shape_and_t"]),
+    ("bench moe: the W4A16 row given the activation-QDQ allowance", "harness/commands/bench/moe_peer.py",
+     "limit = MAX_VS_PEER_W4A16 if get_scheme(scheme).weight_only else", "limit = MAX_VS_PEER_W4A16 if False else",
+     [BP + "test_every_harness_row_is_held_to_the_peer_row_of_its_shape_and_t"]),
+]
+
 
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its

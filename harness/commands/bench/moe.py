@@ -1,10 +1,12 @@
 """`moe-harness bench moe`: emulated NVFP4 / MXFP4 MoE forward against the bf16
-grouped-GEMM forward and the device's limits, all measured in the same run.
+grouped-GEMM forward, the production peer (triton_kernels' W4A16 MXFP4 MoE,
+moe_peer.py) and the device's limits, all measured in the same run.
 
 Every row reports its time eager and captured in a CUDA graph, the ratio to
 the bf16 `torch._grouped_mm` forward (harness/moe/baselines.py), to the
-weight-read limit of the experts its tokens routed to and, for the row mode
-"auto" picks, the target of its token count with a verdict.
+peer's row of the same shape and T, to the weight-read limit of the experts
+its tokens routed to and, for the row mode "auto" picks, the targets of its
+token count and against the peer with their verdicts.
 JSON to stdout; reports under reports/<stamp>-bench-moe/ (results.json,
 summary.md). Times are medians of CUDA-event timings.
 """
@@ -25,12 +27,14 @@ from harness.moe.graphs import capture_forward
 from harness.moe import build_emulated_moe, calibrate_activation_scales
 from harness.kernels import fused_gemm as _fused
 from harness.moe.schemes import get_scheme
-from harness.commands.convention import report_dir
+from harness.commands.bench import moe_peer
+from harness.commands.convention import refuse, report_dir
 
 SHAPES = {
     # name: (E, top_k, H, I)
     "mixtral": (8, 2, 4096, 14336),
     "qwen3-30b-a3b": (128, 8, 2048, 768),
+    "gpt-oss-120b": (128, 4, 2880, 2880),
     "tiny": (4, 2, 64, 64),
 }
 # Targets per token count: prefill against the bf16 grouped-GEMM
@@ -45,7 +49,9 @@ SINGLE_MIN_SPEEDUP_VS_PREDEQUANT = 10.0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shapes", default="mixtral,qwen3-30b-a3b", help=f"comma list of {', '.join(SHAPES)}")
     parser.add_argument("--tokens", default="1,16,4096", help="comma list of T")
-    parser.add_argument("--schemes", default="nvfp4,w_mxfp4_a_mxfp4")
+    parser.add_argument("--schemes", default="w_mxfp4,nvfp4,w_mxfp4_a_mxfp4")
+    parser.add_argument("--peer", default="auto",
+                        help="triton_kernels peer: auto (when it can run here) | none | DIR holding triton_kernels/")
     parser.add_argument("--precision", default="auto", help="fused GEMM precision: auto | ieee | bf16")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
@@ -109,6 +115,10 @@ def run(args) -> dict:
                          "interpreter computes bf16 dots wrongly, use auto or ieee")
     tokens = [int(t) for t in str(args.tokens).split(",") if t]
     schemes = [s for s in str(args.schemes).split(",") if s]
+    try:
+        tk, peer_origin, peer_absent = moe_peer.resolve(getattr(args, "peer", "auto"), device)
+    except moe_peer.PeerError as e:
+        raise SystemExit(str(e)) from None
     lim = limits.measure(device)
     rows = []
     for shape in [s for s in str(args.shapes).split(",") if s]:
@@ -139,6 +149,9 @@ def run(args) -> dict:
                     ms = _time(lambda: bf16_loop_forward(x, lg, w13, w2, k), args.iters, args.warmup, device)
                 rows.append({**common, "scheme": "bf16", "path": "per-expert loop", "eager_ms": ms, "best_ms": ms,
                              "vs_grouped": ms / base[T]})
+        peer_best = {}
+        if tk is not None:
+            peer_best = _peer_rows(tk, shape, w13, w2, k, inputs, base, lim, args, device, rows)
         x0, lg0 = inputs[max(tokens)]
         a1, a2 = calibrate_activation_scales(w13, w2, x0[:256].float(), lg0[:256], top_k=k)
         for scheme in schemes:
@@ -167,8 +180,11 @@ def run(args) -> dict:
                         "routed_experts": routed, "read_limit_ms": read_routed,
                         "tc_limit_ms": limits.tc_limit_ms(T, k, H, I, lim["bf16_tflops"]),
                         "vs_grouped": best / base[T], "vs_read_limit": _ratio(best, read_routed),
+                        "vs_peer": _ratio(best, peer_best.get(T)),
                         "predequant_over_this": _ratio(pre, best),
                         **(_targets(T, best, base[T], read_routed, pre) if mode == auto else {}),
+                        **(moe_peer.target(scheme, best, peer_best.get(T)) if mode == auto and tk is not None
+                           else {}),
                     })
             moe = None  # free the GPU memory before empty_cache
             if device.type == "cuda":
@@ -181,9 +197,39 @@ def run(args) -> dict:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "triton": triton.__version__, "seed": args.seed,
         "limits": lim,
+        "peer": ({"name": "triton_kernels", "origin": peer_origin, "computes": moe_peer.COMPUTES}
+                 if tk is not None else {"name": "triton_kernels", "absent": peer_absent}),
         "command": "moe-harness bench moe " + " ".join(sys.argv[3:] if sys.argv[1:3] == ["bench", "moe"] else sys.argv[1:]),
         "results": rows,
     }
+
+
+def _peer_rows(tk, shape, w13, w2, k, inputs, base, lim, args, device, rows) -> dict:
+    """Time the peer at every T of the shape; appends its rows, returns {T: best ms}.
+    A shape the peer cannot run is one row saying why, never a crash: the
+    harness rows of that shape then have no peer ratio."""
+    E, two_i, H = w13.shape
+    try:
+        fwd = moe_peer.build(tk, w13, w2, k)
+    except Exception as e:  # the peer's own limits (a shape its layouts refuse), named in the report
+        rows.append({"shape": shape, "T": None, "scheme": moe_peer.SCHEME, "path": "triton_kernels",
+                     "error": f"{type(e).__name__}: {e}"})
+        return {}
+    out = {}
+    for T, (x, lg) in inputs.items():
+        routed = limits.routed_experts(lg, k)
+        read_routed = limits.read_limit_ms(routed, H, two_i // 2, "mxfp4", lim["copy_gbps"])
+        row = {"shape": shape, "T": T, "scheme": moe_peer.SCHEME, "weight_format": "mxfp4",
+               "path": "triton_kernels", "routed_experts": routed, "read_limit_ms": read_routed}
+        try:
+            r = _timed_moe(fwd, x, lg, args, device)
+        except Exception as e:
+            rows.append({**row, "error": f"{type(e).__name__}: {e}"})
+            continue
+        out[T] = _best(r)
+        rows.append({**row, **r, "best_ms": out[T], "vs_grouped": out[T] / base[T],
+                     "vs_read_limit": _ratio(out[T], read_routed), "vs_peer": 1.0})
+    return out
 
 
 def _timed_moe(moe, x, lg, args, device) -> dict:
@@ -206,21 +252,43 @@ def markdown(result: dict) -> str:
              f"seed {result.get('seed')})", "",
              f"Measured limits: copy {_f(lim.get('copy_gbps'), '{:.0f}')} GB/s, "
              f"bf16 GEMM {_f(lim.get('bf16_tflops'), '{:.0f}')} TFLOP/s.", "",
-             "| shape | T | scheme | path | eager ms | graph ms | vs grouped | read limit ms (routed) | vs read | "
-             "predequant / this | target | met |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             _peer_line(result.get("peer")), "",
+             "| shape | T | scheme | path | eager ms | graph ms | vs grouped | vs peer | read limit ms (routed) | "
+             "vs read | predequant / this | target | met | peer target | met |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["results"]:
-        met = r.get("target_met")
+        if "error" in r:
+            lines.append(f"| {r['shape']} | {r.get('T') or ''} | {r['scheme']} | {r['path']} | "
+                         f"not run: {r['error']} |" + " |" * 10)
+            continue
         lines.append(
             f"| {r['shape']} | {r['T']} | {r['scheme']} | {r['path']} | {_f(r.get('eager_ms'))} | "
-            f"{_f(r.get('graph_ms'))} | {_f(r.get('vs_grouped'), '{:.2f}x')} | "
+            f"{_f(r.get('graph_ms'))} | {_f(r.get('vs_grouped'), '{:.2f}x')} | {_f(r.get('vs_peer'), '{:.2f}x')} | "
             f"{_f(r.get('read_limit_ms'))} ({r.get('routed_experts', '')}) | {_f(r.get('vs_read_limit'), '{:.2f}x')} | "
-            f"{_f(r.get('predequant_over_this'), '{:.1f}x')} | {r.get('target', '')} | "
-            f"{'' if met is None else ('yes' if met else '**no**')} |")
+            f"{_f(r.get('predequant_over_this'), '{:.1f}x')} | {r.get('target', '')} | {_met(r.get('target_met'))} | "
+            f"{r.get('peer_target', '')} | {_met(r.get('peer_target_met'))} |")
     return "\n".join(lines) + "\n"
 
 
+def _met(v) -> str:
+    return "" if v is None else ("yes" if v else "**no**")
+
+
+def _peer_line(peer) -> str:
+    if not peer:
+        return "Peer: none recorded."
+    if "absent" in peer:
+        return f"Peer {peer['name']}: not timed ({peer['absent']})."
+    return f"Peer ({peer['origin']}): {peer['computes']}."
+
+
 def main(args) -> int:
-    result = run(args)
+    try:
+        result = run(args)
+    except SystemExit as e:
+        if isinstance(e.code, str):  # bad input, found before any weights were built: one line, exit 2
+            return refuse("bench moe", e.code.removeprefix("bench moe: "))
+        raise
     rd = report_dir(args, "bench-moe")
     rd.write_json("bench_moe.json", result)
     rd.write_text("bench_moe.md", markdown(result))

@@ -90,7 +90,7 @@ class MoEWeights(torch.nn.Module):
         return self._parameters["w13_weight"].device
 
 
-def _interleave(t: torch.Tensor) -> torch.Tensor:
+def interleave_gate_up(t: torch.Tensor) -> torch.Tensor:
     """[E, 2I, ...] gate rows then up rows -> gate i at 2i, up i at 2i+1."""
     E, two_i = t.shape[:2]
     i = torch.arange(two_i // 2)
@@ -122,7 +122,7 @@ def vllm_weights(p, truth: Truth, conventions: dict, device="cpu") -> dict:
 
     c13, s13 = truth.w13_q.codes, truth.w13_q.scales
     if interleave:
-        c13, s13 = _interleave(c13), _interleave(s13)
+        c13, s13 = interleave_gate_up(c13), interleave_gate_up(s13)
     d = {"w13_weight": codes(c13), "w13_weight_scale": scales(s13),
          "w2_weight": codes(truth.w2_q.codes), "w2_weight_scale": scales(truth.w2_q.scales)}
     if spec.has_global_scale:
