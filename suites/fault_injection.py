@@ -532,6 +532,14 @@ FAULTS += [
      [BP + "test_every_harness_row_is_held_to_the_peer_row_of_its_shape_and_t"]),
 ]
 
+# conform on CUDA: an implementation that does not pickle is still isolated.
+FAULTS += [
+    ("conform: a CUDA run of a closure implementation runs in-process", "harness/conformance/isolation.py",
+     '        if getattr(impl, "found_by", None):\n            return "spawn", ""',
+     '        if False:\n            return "spawn", ""',
+     ["suites/conformance/test_isolation.py::test_spawned_children_as_a_cuda_run_uses_them"]),
+]
+
 
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its

@@ -5,7 +5,9 @@ On the CPU the child is forked from the run (it inherits the implementation
 object, the inputs and the registry: an Implementation built in-process, a
 closure in a pytest test included); a CUDA run spawns a fresh interpreter
 instead (CUDA does not survive a fork of a process that initialized the
-driver), which takes the implementation by pickle (`start_method`). The
+driver), which takes the implementation by pickle or, when it does not
+pickle (closures), rebuilds it from the name it was found by (`start_method`,
+`ByName`). The
 child leads its own process group, has SIGINT/SIGTERM at
 their defaults, and writes its stdout/stderr to a file. It sends one message
 per cell over a pipe. The parent gives each cell `cell_timeout_s` and the
@@ -70,6 +72,19 @@ class Outcome:
     isolation: str = ""               # set when the implementation did not run in a child process (why)
 
 
+@dataclass(frozen=True)
+class ByName:
+    """What a spawned child gets instead of an implementation that does not
+    pickle: the name the registry found it by, resolved again in the child."""
+
+    name: str
+
+    def resolve(self):
+        from harness.conformance.registry import get_implementation  # the registry imports the adapters: only here
+
+        return get_implementation(self.name)
+
+
 def _one(impl, job, device, registry, seed) -> dict:
     cell, fi = job
     res = run_cell(impl, cell, fi.x, fi.labels, device, registry, seed=seed)
@@ -104,6 +119,8 @@ def _child(impl, jobs, device, registry, seed, conn, out_path) -> None:
         # the parent's OpenMP pool does not survive a fork (libgomp hangs in the
         # child's first parallel region); one thread runs torch without it
         torch.set_num_threads(1)
+        if isinstance(impl, ByName):
+            impl = impl.resolve()
         for job in jobs:
             conn.send(("start", job[0].label()))
             conn.send(("cell", _one(impl, job, device, registry, seed)))
@@ -157,16 +174,31 @@ def start_method(device, impl, start=None) -> tuple:
     """("fork" | "spawn" | None, why). CUDA does not survive a fork once the
     driver is initialized (torch.cuda.is_available() does that), so a CUDA run
     spawns a fresh interpreter, which takes the implementation by pickle (a
-    module-level object); one that does not pickle runs in this process, and
-    the report says so."""
+    module-level object) or rebuilds it from the name the registry found it
+    by (`child_view`); one that does neither (registered in this process
+    only) runs in this process, and the report says so."""
     if start == "fork" or (start is None and torch.device(device).type != "cuda"):
         return "fork", ""
     try:
         pickle.dumps(impl)
     except Exception as e:
-        return None, (f"in this process: a CUDA run needs a fresh interpreter and the implementation does not "
-                      f"pickle ({type(e).__name__}: {' '.join(str(e).split())[:120]})")
+        if getattr(impl, "found_by", None):
+            return "spawn", ""
+        return None, (f"in this process: a CUDA run needs a fresh interpreter and the implementation neither "
+                      f"pickles ({type(e).__name__}: {' '.join(str(e).split())[:120]}) nor has a name another "
+                      "interpreter can find it by (registered in this process only)")
     return "spawn", ""
+
+
+def child_view(impl, method: str):
+    """What the child process is handed: the implementation itself (fork, or
+    it pickles), else its name to be resolved there."""
+    if method == "spawn":
+        try:
+            pickle.dumps(impl)
+        except Exception:
+            return ByName(impl.found_by)
+    return impl
 
 
 def _tail(path: str) -> str:
@@ -189,7 +221,8 @@ def run_isolated(impl, jobs, device, registry, seed, limits: Limits | None = Non
     with tempfile.NamedTemporaryFile(prefix="moe-harness-conform-", suffix=".out") as log:
         sys.stdout.flush()
         sys.stderr.flush()
-        proc = ctx.Process(target=_child, args=(impl, jobs, device, registry, seed, send, log.name), daemon=False)
+        proc = ctx.Process(target=_child, args=(child_view(impl, method), jobs, device, registry, seed, send, log.name),
+                           daemon=False)
         with interrupt.deferred():  # a spawn writes the child's setup data: not cut in half
             proc.start()
         send.close()

@@ -62,14 +62,22 @@ def _load_path(spec: str):
     return obj
 
 
+def _found_by(impl: Implementation, name: str) -> Implementation:
+    """Note the name any interpreter can find `impl` by (a shipped name, an
+    entry point, a module:object path): a CUDA run's fresh child process
+    rebuilds an implementation that does not pickle from it (isolation.py)."""
+    impl.found_by = name
+    return impl
+
+
 def get_implementation(name: str) -> Implementation:
     """Implementation for a registered name or a `module:object` path.
 
     Raises ValueError with did-you-mean suggestions for an unknown name, and
     Unavailable (with the reason) when its package or device is missing."""
     if ":" in name:
-        return _materialize(_load_path(name), f"--impl {name!r}")
-    if name in _REGISTERED:
+        return _found_by(_materialize(_load_path(name), f"--impl {name!r}"), name)
+    if name in _REGISTERED:  # registered in this process only: a fresh interpreter cannot find it by name
         return _materialize(_REGISTERED[name], f"implementation {name!r}")
     eps = _entry_points()
     if name in eps:
@@ -77,13 +85,13 @@ def get_implementation(name: str) -> Implementation:
             obj = eps[name].load()
         except ImportError as e:
             raise Unavailable(f"entry point {eps[name].value!r} does not import: {e}") from None
-        return _materialize(obj, f"entry point {name!r}")
+        return _found_by(_materialize(obj, f"entry point {name!r}"), name)
     if name in _shipped():
         try:
             obj = _load_path(_shipped()[name])
         except ValueError as e:
             raise Unavailable(str(e)) from None
-        return _materialize(obj, f"implementation {name!r}")
+        return _found_by(_materialize(obj, f"implementation {name!r}"), name)
     known = available_names()
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""

@@ -134,16 +134,31 @@ def test_conform_interrupted_writes_the_report_of_what_finished(tmp_path, sig, c
 
 def test_spawned_children_as_a_cuda_run_uses_them():
     """A CUDA run spawns each implementation's child (CUDA does not survive a
-    fork): the same verdicts through a fresh interpreter, run here on the CPU;
-    an implementation that does not pickle runs in-process, and says so."""
-    from harness.conformance import get_implementation, run_conformance
+    fork): the same verdicts through a fresh interpreter, run here on the CPU.
+    One that does not pickle (closures) is rebuilt in the child from the name
+    it was found by, so it is isolated all the same: its os._exit and its
+    SIGSEGV end its child, not the run. Only one registered in this process
+    (no name another interpreter knows) runs in-process, and says so."""
+    from harness.conformance import get_implementation, register_implementation, run_conformance
+    from harness.conformance import registry as reg
     from harness.conformance.isolation import Limits, start_method
 
-    names = [H + "correct", H + "picklable_exit", H + "picklable_segv"]
+    assert start_method("cuda", get_implementation(H + "exits_0")) == ("spawn", "")
+    assert start_method("cuda", get_implementation(H + "correct")) == ("spawn", "")
+    names = [H + "correct", H + "picklable_exit", H + "picklable_segv", H + "os_exit", H + "segfault"]
     data = run_conformance(names, formats=["mxfp4"], random_blocks=8, limits=Limits(start="spawn"))
     assert not _impl(data, "correct")["failed"] and _impl(data, "correct")["cells"] == 3
     assert "exited with status 5" in _impl(data, "picklable-exit")["error"]
     assert "killed by signal SIGSEGV" in _impl(data, "picklable-segv")["error"]
-    method, why = start_method("cuda", get_implementation(H + "exits_0"))
-    assert method is None and "does not pickle" in why
-    assert start_method("cuda", get_implementation(H + "correct")) == ("spawn", "")
+    assert "exited with status 3" in _impl(data, "os-exit")["error"]
+    assert "killed by signal SIGSEGV" in _impl(data, "segfault")["error"]
+    assert not any(i.get("isolation") for i in data["implementations"])
+    import dataclasses
+
+    from suites.conformance import hostile
+    register_implementation("in-process-only", dataclasses.replace(hostile.os_exit, name="in-process-only"))
+    try:
+        method, why = start_method("cuda", get_implementation("in-process-only"))
+    finally:
+        reg._REGISTERED.pop("in-process-only", None)
+    assert method is None and "neither pickles" in why and "registered in this process only" in why
