@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip install -e '.[lmeval]'")
 
-from harness import cli  # noqa: E402
-from harness.lmeval import config as C  # noqa: E402
-from harness.lmeval import task_names, tasks  # noqa: E402
-from suites.lm_eval.test_first_config import VLLM_CONFIGS, empty_hf_caches, one_line, write  # noqa: E402,F401
+from harness import cli
+from harness.lmeval import config as C
+from harness.lmeval import task_names, tasks
+from suites.lm_eval.test_first_config import VLLM_CONFIGS, one_line, write
 
 STANDIN = task_names.STAND_INS["gsm8k"]
 MAP = f"gsm8k={STANDIN}"
@@ -23,6 +23,15 @@ MAP = f"gsm8k={STANDIN}"
 
 def _task(name: str) -> str:
     return VLLM_CONFIGS[name]["tasks"][0]["name"]
+
+
+@pytest.fixture
+def empty_hf_caches(tmp_path, monkeypatch):
+    """The user's hub and datasets caches, empty (the machine has no copy of gsm8k)."""
+    for kind in ("hub", "datasets"):
+        (tmp_path / kind).mkdir()
+    monkeypatch.setenv("HARNESS_USER_HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HARNESS_USER_HF_DATASETS_CACHE", str(tmp_path / "datasets"))
 
 
 def run_cli(capsys, *argv):
