@@ -541,6 +541,20 @@ FAULTS += [
 ]
 
 
+# The gsm8k stand-in (suites/lm_eval/tasks/tiny_add_gsm.yaml, eval --task-map):
+# its strict filter must need the '####' line, and a vLLM config's gsm8k
+# values must never gate the stand-in that runs in gsm8k's place.
+SI = "suites/lm_eval/test_standin_task.py::"
+FAULTS += [
+    ("stand-in: strict-match takes any number, '####' not required", "suites/lm_eval/tasks/tiny_add_gsm.yaml",
+     'regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"', 'regex_pattern: "(\\\\-?[0-9\\\\.\\\\,]+)"',
+     [SI + "test_filters_extract_as_gsm8k"]),
+    ("stand-in: --task-map keeps gsm8k's reference values as the stand-in's gates", "harness/lmeval/config.py",
+     "[MetricSpec(m.name, None) for m in cfg.tasks[i].metrics]", "[MetricSpec(m.name, m.value) for m in cfg.tasks[i].metrics]",
+     [SI + "test_mapped_values_are_recorded_not_gated"]),
+]
+
+
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its
     file, or that names a test file or test function that does not exist."""

@@ -1,4 +1,4 @@
-"""`moe-harness eval --config FILE [--model DIR] [--scheme S] [--limit N] [--dry-run]`
+"""`moe-harness eval --config FILE [--model DIR] [--scheme S] [--limit N] [--task-map NAME=TASK] [--dry-run]`
 
 Runs one accuracy config: lm-eval on the bf16 baseline and on the scheme
 (same loaded model, same items), the KL measurements, and every gate of
@@ -12,7 +12,10 @@ The scheme is --scheme, else harness.scheme, else the checkpoint's own
 (its config.json quantization_config, vLLM's meaning of a config); a float
 model with no scheme is refused. A model that is neither a local folder nor
 in the local hub cache is refused unless marked optional
-(--model-optional, harness.model_optional), which skips the run.
+(--model-optional, harness.model_optional), which skips the run. A task
+whose data is not on this machine is refused in one line naming the task and
+how to provide its data; `--task-map gsm8k=tiny_add_gsm` runs the config's
+gsm8k as the bundled stand-in instead (its values recorded, not gated).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ import sys
 from harness.commands.convention import CommandReport, add_common, refuse
 from harness.lmeval import gate_plan
 from harness.lmeval.config import (FROM_CHECKPOINT, VLLM_APPLIED, ConfigError, ModelNotPresent, check_limit,
-                                   check_scheme_override, check_task_data, load, quantization_config,
-                                   resolve_model_dir, scheme_source)
+                                   check_scheme_override, check_task_data, load, parse_task_map,
+                                   quantization_config, resolve_model_dir, scheme_source)
 from harness.lmeval.schemes import SCHEMES
 
 SKIPPED_REQUIRED = 3
@@ -46,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="items per task (integer >= 1) or a fraction of them (0 < limit < 1); overrides the config")
     parser.add_argument("--include-path", action="append", default=[], metavar="DIR",
                         help="a folder of lm-eval task YAMLs, searched before lm-eval's registry (repeatable)")
+    parser.add_argument("--task-map", action="append", default=[], metavar="NAME=TASK",
+                        help="run the config's task NAME as TASK, e.g. gsm8k=tiny_add_gsm (the bundled stand-in); "
+                             "the config's values for NAME are recorded, not gated (repeatable)")
     parser.add_argument("--model-optional", action="store_true",
                         help="an absent model skips the run (exit 0) instead of being an error")
     parser.add_argument("--record-only", action="store_true",
@@ -82,7 +88,8 @@ def plan(cfg, args) -> dict:
         "scheme": shown, "scheme_from": source,
         "baseline_scheme": None if quantized else cfg.baseline_scheme, "backend": cfg.backend,
         "parallelize": cfg.parallelize,
-        "tasks": cfg.task_names, "include_paths": cfg.include_paths,
+        "tasks": cfg.task_names, "task_map": {standin: f"runs for {name}" for standin, name in cfg.task_map.items()},
+        "include_paths": cfg.include_paths,
         "limit": args.limit if args.limit is not None else cfg.limit,
         "num_fewshot": cfg.num_fewshot, "seed": cfg.seed, "gates": [s.describe() for s in specs],
         "warnings": cfg.warnings, "notes": cfg.notes + ([
@@ -117,13 +124,14 @@ def main(args) -> int:
     for name in ("model_optional", "record_only", "quiet", "verbose"):
         setattr(args, name, getattr(args, name, False))
     args.include_path = getattr(args, "include_path", None) or []
+    args.task_map = getattr(args, "task_map", None) or []
     args.reports = getattr(args, "reports", "reports")
     try:
         args.limit = parse_limit(args.limit)
         for d in args.include_path:
             if not os.path.isdir(d):
                 raise ConfigError("--include-path", d, "no such folder")
-        cfg = load(args.config, include_paths=args.include_path)
+        cfg = load(args.config, include_paths=args.include_path, task_map=parse_task_map(args.task_map))
         the_plan = plan(cfg, args)
     except ConfigError as e:
         return refuse("eval", f"invalid {_what(e)}: {e}")

@@ -69,7 +69,11 @@ def _arch(cfg: dict, path) -> SimpleNamespace:
         return SimpleNamespace(family=mt, moe="block_sparse_moe", experts=cfg["num_local_experts"],
                                proj=("w1", "w3", "w2"), renormalize=True)
     if mt == "qwen3_moe":
-        return SimpleNamespace(family=mt, moe="mlp", experts=cfg["num_experts"],
+        # transformers 5 writes num_local_experts for qwen3_moe (producer checkpoints), 4.x num_experts
+        experts = cfg.get("num_experts", cfg.get("num_local_experts"))
+        if not isinstance(experts, int):
+            raise CheckpointError(f"{path}: config.json: neither num_experts nor num_local_experts is an integer")
+        return SimpleNamespace(family=mt, moe="mlp", experts=experts,
                                proj=("gate_proj", "up_proj", "down_proj"),
                                renormalize=bool(cfg.get("norm_topk_prob", False)))
     raise CheckpointError(f"{path}: model_type {mt!r}: this loader reads mixtral and qwen3_moe")
@@ -168,11 +172,18 @@ def load(model_dir, devices: list[str] | None = None, device_map: dict | None = 
             progress(f"layer {layer}: experts on {dev}")
     hub = {f"model.layers.{i}.mlp.": f"model.layers.{i}.{arch.moe}." for i in range(raw["num_hidden_layers"])}
     dense = [n for n, _ in model.named_parameters() if not any(n.startswith(b + ".") for b in blocks)]
+    # tied output embedding (tie_word_embeddings, the tiny model's producer checkpoints): the
+    # checkpoint stores only the input embedding; tie_weights() points lm_head at it below
+    tied = {"lm_head.weight"} if raw.get("tie_word_embeddings") and "lm_head.weight" not in files.keys() else set()
     for pname in dense:
+        if pname in tied:
+            continue
         src = pname
         for k, v in hub.items():
             src = src.replace(k, v)
         set_module_tensor_to_device(model, pname, _device_of(dm, pname), value=files.get(src), dtype=dtype)
+    if tied:
+        model.tie_weights()
     left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers())
             if t.is_meta and str(_device_of(dm, n)) != "meta"]
     if left:

@@ -153,6 +153,7 @@ class AccuracyConfig:
     checkpoint: object = None           # CheckpointSpec: experts from a producer checkpoint
     vllm_extra: dict = field(default_factory=dict)
     include_paths: list = field(default_factory=list)   # task folders added by `eval --include-path`
+    task_map: dict = field(default_factory=dict)    # stand-in -> the config's task it replaces (`eval --task-map`)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)   # facts about valid input (tasks not bundled)
 
@@ -459,7 +460,7 @@ def _parse_kl(path, raw, cfg: AccuracyConfig) -> KLSpec | None:
                   oracle_max=_num(path, "harness.gates.kl.oracle_max", k.get("oracle_max"), lo=0, allow_none=True))
 
 
-def load(path, include_paths=()) -> AccuracyConfig:
+def load(path, include_paths=(), task_map=None) -> AccuracyConfig:
     try:
         loaded = safe_yaml.load(path, duplicates="warn")
     except safe_yaml.YAMLInputError as e:
@@ -467,8 +468,70 @@ def load(path, include_paths=()) -> AccuracyConfig:
     cfg = parse(loaded.data, path)
     cfg.warnings[:0] = loaded.warnings
     cfg.include_paths = [str(p) for p in include_paths]
+    apply_task_map(cfg, task_map or {})
     check_tasks(cfg)
     return cfg
+
+
+def parse_task_map(items) -> dict[str, str]:
+    """`--task-map NAME=TASK` (repeatable) -> {NAME: TASK}."""
+    out: dict[str, str] = {}
+    for text in items or ():
+        name, sep, standin = str(text).partition("=")
+        name, standin = name.strip(), standin.strip()
+        if not sep or not name or not standin:
+            raise ConfigError("--task-map", _short(text), "expected NAME=TASK (the config's task = the task to run "
+                              f"instead), e.g. {', '.join(f'{k}={v}' for k, v in task_names.STAND_INS.items())}")
+        if name in out:
+            raise ConfigError("--task-map", text, f"{name} is mapped twice ({name}={out[name]})")
+        out[name] = standin
+    return out
+
+
+def apply_task_map(cfg: AccuracyConfig, mapping: dict[str, str]) -> None:
+    """Run the config's task NAME as the task TASK (a bundled stand-in such as
+    tiny_add_gsm for gsm8k): the task is renamed, so every result and report
+    names what ran; the config's reference values were measured on NAME, so
+    they are recorded, not gated (the paired gate against the baseline needs
+    none). The stand-in must report every metric the config names."""
+    for name, standin in mapping.items():
+        flag = f"{name}={standin}"
+        idx = [i for i, t in enumerate(cfg.tasks) if t.name == name]
+        if not idx:
+            raise ConfigError("--task-map", flag, f"{name} is not a task of {cfg.path} ({', '.join(cfg.task_names)})")
+        if standin in cfg.task_names:
+            raise ConfigError("--task-map", flag, f"{standin} is already a task of {cfg.path}")
+        named = _gate_task_names(cfg)
+        if name in named:
+            raise ConfigError("--task-map", flag, f"{cfg.path}'s harness.gates name {name} ({named[name]}): "
+                              "map only tasks the gates do not name")
+        if standin not in task_names.bundled() and not task_data.find(standin, cfg.include_paths):
+            known = ", ".join(sorted(task_names.bundled()))
+            raise ConfigError("--task-map", flag, f"unknown task {standin}: not a bundled task ({known}), not in an "
+                              f"--include-path folder, not in lm-eval's registry{did_you_mean(standin, task_names.bundled())}")
+        reported = task_data.reported_metrics(standin, cfg.include_paths)
+        i = idx[0]
+        for j, m in enumerate(cfg.tasks[i].metrics):
+            if reported is not None and m.name not in reported:
+                raise ConfigError("--task-map", flag, f"{standin} reports {', '.join(sorted(reported))}, not "
+                                  f"{m.name} ({cfg.path} tasks[{i}].metrics[{j}])")
+        values = [f"{m.name} {m.value:g}" for m in cfg.tasks[i].metrics if m.value is not None]
+        cfg.tasks[i] = TaskSpec(standin, [MetricSpec(m.name, None) for m in cfg.tasks[i].metrics])
+        cfg.task_map[standin] = name
+        cfg.notes.append(f"{cfg.path}: tasks[{i}].name: {name} runs as {standin} (--task-map)"
+                         + (f"; the config's values ({', '.join(values)}) were written for {name}: recorded, "
+                            "not gated" if values else ""))
+
+
+def _gate_task_names(cfg: AccuracyConfig) -> dict[str, str]:
+    """Task name -> the harness.gates field that names it."""
+    out = {}
+    if cfg.kl is not None and cfg.kl.task:
+        out[cfg.kl.task] = "kl.task"
+    if cfg.paired is not None:
+        for key in list(cfg.paired.metrics or []) + list(cfg.paired.allowances):
+            out.setdefault(key.split(":", 1)[0], "paired")
+    return out
 
 
 def check_tasks(cfg: AccuracyConfig) -> None:
@@ -503,8 +566,10 @@ def check_task_data(cfg: AccuracyConfig) -> None:
         if missing:
             more = f" (and {len(missing) - 1} more of its {len(found)} tasks)" if len(missing) > 1 else ""
             what = missing[0].where if missing[0].task == t.name else f"its task {missing[0].task}: {missing[0].where}"
+            standin = task_names.STAND_INS.get(t.name)
+            alt = f"; or run the bundled stand-in task instead: --task-map {t.name}={standin}" if standin else ""
             raise ConfigError(cfg.path, f"tasks[{i}].name", f"{t.name}: data not on this machine: {what}{more}; "
-                              + task_data.how_to_provide(missing[0]))
+                              + task_data.how_to_provide(missing[0]) + alt)
 
 
 def _key(k) -> str:

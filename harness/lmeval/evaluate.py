@@ -228,6 +228,7 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
         "scheme": scheme, "scheme_from": source, "baseline_scheme": None if quantized else cfg.baseline_scheme,
         "model_name": cfg.model_name, "model": lm.describe(), "limit": limit, "num_fewshot": cfg.num_fewshot,
         "seed": cfg.seed, "metrics": metrics, "gates": [g.as_dict() for g in results],
+        "task_map": dict(cfg.task_map),   # stand-in -> the config's task it ran for (eval --task-map)
         "plan": [s.describe() for s in specs],
         "kl": None if kl_info is None else {k: v for k, v in kl_info.items() if k != "per_doc_mean_kl"},
         "kl_oracle": None if oracle_info is None else {k: v for k, v in oracle_info.items() if k != "per_doc_mean_kl"},

@@ -186,6 +186,20 @@ def check(name: str, include_paths, hub_cache: Path) -> list[Data] | None:
     return [data_of(task, spec, Path.cwd(), hub_cache) for task, spec in leaves]
 
 
+def reported_metrics(name: str, include_paths=()) -> set[str] | None:
+    """The "metric,filter" names lm-eval reports for a single task, read from
+    its file (every metric under every filter_list name, else ",none"); None
+    for a group or tag, or a file that names no metric."""
+    leaves = leaf_tasks(name, include_paths)
+    if not leaves or len(leaves) != 1 or leaves[0][0] != name:
+        return None
+    spec = leaves[0][1]
+    metrics = [m.get("metric") for m in spec.get("metric_list") or [] if isinstance(m, dict)]
+    filters = [f.get("name") for f in spec.get("filter_list") or [] if isinstance(f, dict)] or ["none"]
+    names = {f"{m},{f}" for m in metrics for f in filters if isinstance(m, str) and isinstance(f, str)}
+    return names or None
+
+
 def how_to_provide(d: Data) -> str:
     """The one-line remedy for missing data."""
     if d.dataset in BUILDERS or d.dataset is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.lmeval import task_names
 from harness.models import corpus
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +27,13 @@ ROLLING_TASK = "tiny_add_rolling"
 
 _KIND = {"tiny_add_mc": "mc", "tiny_add_gen": "gen", "tiny_add_rolling": "rolling"}
 
+# The gsm8k-style stand-in (suites/lm_eval/tasks/tiny_add_gsm.yaml): few-shot
+# generation of a worked answer ending in '#### <number>', scored by lm-eval's
+# regex filters strict-match and flexible-extract. split -> file.
+STANDIN_TASK = task_names.STAND_INS["gsm8k"]
+STANDIN_FILES = {"train": "tiny_add_gsm_train.jsonl", "test": "tiny_add_gsm_test.jsonl"}
+BUNDLED_TASKS = TINY_TASKS + (STANDIN_TASK,)
+
 
 def tasks_dir() -> Path:
     return TASKS_DIR
@@ -33,10 +41,14 @@ def tasks_dir() -> Path:
 
 def render(seed: int = corpus.DEFAULT_SEED) -> dict[str, str]:
     items = corpus.task_items(seed)
-    return {
-        fname: "".join(json.dumps(row, sort_keys=True) + "\n" for row in items[_KIND[task]])
-        for task, fname in TASK_FILES.items()
-    }
+    out = {fname: _jsonl(items[_KIND[task]]) for task, fname in TASK_FILES.items()}
+    worked = corpus.worked_items(seed)
+    out.update({fname: _jsonl(worked[split]) for split, fname in STANDIN_FILES.items()})
+    return out
+
+
+def _jsonl(rows) -> str:
+    return "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
 
 
 def write_task_files(folder=None, seed: int = corpus.DEFAULT_SEED) -> list[Path]:
@@ -49,15 +61,17 @@ def write_task_files(folder=None, seed: int = corpus.DEFAULT_SEED) -> list[Path]
     return written
 
 
-def read_rows(task: str, folder=None) -> list[dict]:
+def read_rows(task: str, folder=None, split: str = "test") -> list[dict]:
+    """A bundled task's rows (the stand-in has a "train" split too)."""
     folder = Path(folder) if folder else TASKS_DIR
-    with open(folder / TASK_FILES[task]) as f:
+    fname = STANDIN_FILES[split] if task == STANDIN_TASK else TASK_FILES[task]
+    with open(folder / fname) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
 def needs_registry(names) -> bool:
     """Whether any task is not bundled: lm-eval's own task registry is then indexed too."""
-    return any(n not in TINY_TASKS for n in names)
+    return any(n not in BUNDLED_TASKS for n in names)
 
 
 def task_manager(extra_paths=(), include_defaults: bool = False):

@@ -20,6 +20,8 @@ DEFAULT_SEED = 20261129
 N_HELDOUT = 8000
 TASK_ITEMS = 600          # items per task file (>= 500 required)
 ROLLING_LINES = 8         # equations per rolling document
+WORKED_TEST = 150         # items of the gsm8k-style stand-in task (worked_items)
+WORKED_FEWSHOT = 50       # its few-shot pool (lm-eval's fewshot_split "train")
 
 
 def line(a: int, b: int) -> str:
@@ -101,6 +103,28 @@ def task_items(seed: int = DEFAULT_SEED, n: int = TASK_ITEMS) -> dict[str, list[
         chunk = roll_pairs[i * ROLLING_LINES:(i + 1) * ROLLING_LINES]
         rolling.append({"id": i, "text": "".join(line(a, b) for a, b in chunk)})
     return {"mc": mc, "gen": gen, "rolling": rolling}
+
+
+def worked_answer(a: int, b: int) -> str:
+    """gsm8k's answer layout on an addition: the worked line (the prompt's
+    equation completed) and the final line '#### <number>'."""
+    return f"{a + b}\n#### {a + b}"
+
+
+def worked_items(seed: int = DEFAULT_SEED, n_test: int = WORKED_TEST,
+                 n_fewshot: int = WORKED_FEWSHOT) -> dict[str, list[dict]]:
+    """Rows of the gsm8k-style stand-in task: {"train": few-shot pool, "test": items},
+    each {"id", "question": "a+b=", "answer": worked_answer(a, b)}, from held-out
+    pairs no other task uses (after the slices task_items takes)."""
+    pairs = list(make_split(seed).heldout)
+    start = 2 * TASK_ITEMS + TASK_ITEMS * ROLLING_LINES
+    chosen = pairs[start:start + n_fewshot + n_test]
+    if len(chosen) < n_fewshot + n_test:
+        raise ValueError("not enough held-out pairs for the worked-answer task")
+    rows = [{"id": i, "question": prompt(a, b), "answer": worked_answer(a, b)} for i, (a, b) in enumerate(chosen)]
+    train = rows[:n_fewshot]
+    test = [dict(r, id=i) for i, r in enumerate(rows[n_fewshot:])]
+    return {"train": train, "test": test}
 
 
 def calibration_texts(seed: int = DEFAULT_SEED, n_docs: int = 64) -> list[str]:

@@ -58,6 +58,22 @@ def test_tasks_have_enough_heldout_items_never_in_training():
     assert all(len(set(r["choices"])) == 4 for r in mc)
 
 
+def test_standin_items_are_heldout_worked_answers_no_other_task_uses():
+    """tiny_add_gsm: a 50-item few-shot pool and 150 items, every one a held-out
+    pair in the model's alphabet, answered gsm8k-style ('c\\n#### c')."""
+    split = corpus.make_split()
+    train, test = (tasks.read_rows(tasks.STANDIN_TASK, split=s) for s in ("train", "test"))
+    assert (len(train), len(test)) == (50, 150)
+    others = {r["question"] for t in ("tiny_add_gen", "tiny_add_mc") for r in tasks.read_rows(t)}
+    seen = set()
+    for r in train + test:
+        a, b = (int(x) for x in r["question"].rstrip("=").split("+"))
+        assert r["question"] == f"{a}+{b}=" and r["answer"] == f"{a + b}\n#### {a + b}"
+        assert not split.allowed(a, b) and r["question"] not in others and r["question"] not in seen
+        assert set(r["question"]) <= set(tok.ALPHABET)
+        seen.add(r["question"])
+
+
 def test_task_yaml_registers_with_task_manager():
     tm = tasks.task_manager()
     for t in tasks.TINY_TASKS:

@@ -176,6 +176,30 @@ def test_loader_places_each_layer_on_its_device(written):
     assert seen == {"model.layers.0.mlp": {"cpu"}, "model.layers.1.mlp": {"meta"}}
 
 
+def test_loader_reads_a_tied_transformers5_qwen3_moe_folder(written, tmp_path):
+    """What the producers write for the tiny model (transformers 5): qwen3_moe
+    with num_local_experts, tie_word_embeddings and no lm_head.weight. The
+    loader ties lm_head to the embedding instead of asking for lm_head."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "tied"
+    shutil.copytree(written[("tiny-qwen3-moe", "nvfp4")], folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["num_local_experts"] = cfg.pop("num_experts")
+    cfg["tie_word_embeddings"] = True
+    (folder / "config.json").write_text(json.dumps(cfg))
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    shard = folder / index["weight_map"].pop("lm_head.weight")
+    tensors = {k: v for k, v in _tensors(folder).items() if k != "lm_head.weight" and index["weight_map"].get(k) == shard.name}
+    save_file(tensors, str(shard))
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    r = synthetic_loader.load(folder, devices=["cpu"])
+    assert r.model.lm_head.weight is r.model.model.embed_tokens.weight
+    assert torch.equal(r.model.lm_head.weight, _tensors(folder)["model.embed_tokens.weight"].to(r.model.lm_head.weight.dtype))
+
+
 def test_balanced_layers():
     assert synthetic_loader.balanced_layers([1] * 6, 2) == [0, 0, 0, 1, 1, 1]
     assert synthetic_loader.balanced_layers([1] * 5, 2) == [0, 0, 1, 1, 1]
