@@ -15,7 +15,7 @@ pytest.importorskip("lm_eval", reason="lm-eval is the [lmeval] extra: pip instal
 from harness import cli
 from harness.lmeval import config as C
 from harness.lmeval import task_names, tasks
-from suites.lm_eval.test_first_config import VLLM_CONFIGS, one_line, write
+from suites.lm_eval.vllm_configs import VLLM_CONFIGS, one_line, write
 
 STANDIN = task_names.STAND_INS["gsm8k"]
 MAP = f"gsm8k={STANDIN}"
