@@ -21,6 +21,7 @@ from harness.checkpoints.stacking import collect, e4m3_scales, fetch, positive, 
 from harness.moe import loaders
 
 FORMAT = "modelopt"
+BIAS_SUFFIXES: dict = {}  # per-expert biases: this format stores none (read_gptoss has them)
 
 
 def recognises(config: dict) -> bool:

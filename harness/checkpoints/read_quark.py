@@ -25,6 +25,7 @@ from harness.moe import loaders
 import harness.formats as hf
 
 FORMAT = "quark"
+BIAS_SUFFIXES: dict = {}  # per-expert biases: this format stores none (read_gptoss has them)
 # quark weight dtype -> (harness weight format, harness scheme, activation dtype or None)
 _DTYPES = {"fp4": ("mxfp4", "w_mxfp4_a_mxfp4", "fp4"),
            "fp6_e2m3": ("mxfp6_e2m3", "w_mxfp6_e2m3_a_mxfp6_e2m3", "fp6_e2m3"),
