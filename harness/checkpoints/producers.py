@@ -62,6 +62,13 @@ PRODUCERS = {
         note="the tiny gpt_oss family model (random, seeded) in the gpt-oss MXFP4 layout with its "
              "gate_up_proj_bias / down_proj_bias, written by the harness' own quantizer (no CPU converter "
              "exists, see the gpt-oss row)", model="tiny-gpt_oss"),
+    # the tiny deepseek_v3 family model: shared expert quantized like the routed ones, router
+    # e_score_correction_bias kept float; llama4_text has no row: llmcompressor 0.14.0.1's Llama4
+    # linearization reads config.text_config, which Llama4TextConfig lacks (AttributeError)
+    "llmcompressor@tiny-deepseek_v3": Producer(
+        "llmcompressor@tiny-deepseek_v3", ("llmcompressor", "compressed-tensors", "transformers"),
+        ("llmcompressor", "compressed_tensors"), "harness.checkpoints.make_llmcompressor",
+        "compressed-tensors", {"mxfp4": "w_mxfp4_a_mxfp4"}, model="tiny-deepseek_v3"),
 }
 
 

@@ -25,6 +25,7 @@ from harness.checkpoints.values import block_scales, finite_bias
 from harness.moe import loaders
 
 FORMAT = "gpt-oss"
+SHARED_EXPERT = False  # the layout has fused routed experts only (load.read_shared)
 _KEY = re.compile(r"^(?P<block>.+)\.experts\.(?P<proj>gate_up_proj|down_proj)_(?P<part>blocks|scales|bias)$")
 
 
