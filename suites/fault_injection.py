@@ -549,6 +549,28 @@ FAULTS += [
      [FC_GPT + "test_checkpoint_layer_equals_the_direct_build_bit_for_bit"]),
 ]
 
+# Checkpoint-built layers of the tiny DeepSeek-V3 (llmcompressor): the shared
+# expert and the router's correction bias read from the checkpoint.
+CB = "harness/emulation/checkpoint_blocks.py"
+FAULTS += [
+    ("checkpoint blocks: shared expert not built from the checkpoint", CB,
+     'shared = _shared_experts(files, fmt, scheme, row, spec, dev, backend) if "shared_w13" in spec.options else None',
+     "shared = None", [FC_GPT + "test_checkpoint_layer_equals_the_direct_build_bit_for_bit"]),
+    ("checkpoint blocks: correction bias taken from the float model", CB,
+     'routing["e_score_correction_bias"] = _correction_bias(files, row, spec).to(dev)', "pass",
+     [FC_GPT + "test_deepseek_correction_bias_is_the_checkpoints"]),
+    ("checkpoint load: a shared expert's missing part not named", "harness/checkpoints/load.py",
+     "            if part not in names.get(proj, {}):", "            if False:",
+     [FC_GPT + "test_deepseek_bad_shared_expert_or_correction_bias_is_refused"]),
+    ("checkpoint load: a non-finite correction bias accepted", "harness/checkpoints/load.py",
+     "    bad = ~torch.isfinite(t)\n    if bool(bad.any()):\n        i = int(",
+     "    bad = torch.zeros_like(t, dtype=torch.bool)\n    if bool(bad.any()):\n        i = int(",
+     [FC_GPT + "test_deepseek_bad_shared_expert_or_correction_bias_is_refused"]),
+    ("checkpoint blocks: w13 rows not checked against the model", CB,
+     "    if got != want:\n        raise CheckpointFormatError(folder, what,", "    if False:\n        raise CheckpointFormatError(folder, what,",
+     [FC_GPT + "test_deepseek_bad_shared_expert_or_correction_bias_is_refused"]),
+]
+
 
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its
