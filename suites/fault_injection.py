@@ -561,6 +561,59 @@ FAULTS += [
      ["suites/lm_eval/test_vllm_runs.py::test_the_nightly_commands_pass_at_the_tiny_shape_of_the_family"]),
 ]
 
+# Checkpoint-built layers of the tiny gpt_oss family model (the gpt-oss MXFP4
+# layout with per-expert biases): the biases read, de-interleaved, checked and
+# required, each fault caught by the bit-for-bit comparison with the layer the
+# harness builds directly or by a refusal test.
+FC_GPT = CK + "test_family_checkpoints.py::"
+RG = "harness/checkpoints/read_gptoss.py"
+FAULTS += [
+    ("checkpoint gpt-oss: expert biases not read", RG,
+     '            out[f"{key}_bias"] = _bias(files, names[proj, "bias"], tuple(s.shape[:2]), interleaved=key == "w13")',
+     "            pass", [FC_GPT + "test_checkpoint_layer_equals_the_direct_build_bit_for_bit"]),
+    ("checkpoint gpt-oss: gate_up_proj_bias left interleaved", RG,
+     "    return deinterleave(t) if interleaved else t", "    return t",
+     [FC_GPT + "test_checkpoint_layer_equals_the_direct_build_bit_for_bit"]),
+    ("checkpoint gpt-oss: bias shape unchecked", RG,
+     "dtype=BIAS_DTYPES, shape=shape)", "dtype=BIAS_DTYPES)",
+     [FC_GPT + "test_bad_biases_are_refused_by_the_reader"]),
+    ("checkpoint gpt-oss: a non-finite bias accepted", "harness/checkpoints/values.py",
+     "    bad = ~torch.isfinite(t)\n", "    bad = torch.zeros_like(t, dtype=torch.bool)\n",
+     [FC_GPT + "test_bad_biases_are_refused_by_the_reader"]),
+    ("checkpoint gpt-oss: one bias of a block without the other accepted", RG,
+     "        if len(have) == 1:", "        if False:",
+     [FC_GPT + "test_bad_biases_are_refused_by_the_reader"]),
+    ("checkpoint blocks: a missing or extra expert bias not refused", "harness/emulation/checkpoint_blocks.py",
+     "    if want == have:\n        return", "    if True:\n        return",
+     [FC_GPT + "test_biases_missing_when_the_model_has_them_are_refused",
+      FC_GPT + "test_biases_on_a_model_without_them_are_refused"]),
+    ("loader: MX biases dropped by the conversion", "harness/moe/conversion.py",
+     "MoEQuantConfig(s, q13, q2, w13_bias=bias(w13_bias), w2_bias=bias(w2_bias))", "MoEQuantConfig(s, q13, q2)",
+     [FC_GPT + "test_checkpoint_layer_equals_the_direct_build_bit_for_bit"]),
+]
+
+# Checkpoint-built layers of the tiny DeepSeek-V3 (llmcompressor): the shared
+# expert and the router's correction bias read from the checkpoint.
+CB = "harness/emulation/checkpoint_blocks.py"
+FAULTS += [
+    ("checkpoint blocks: shared expert not built from the checkpoint", CB,
+     'shared = _shared_experts(files, fmt, scheme, row, spec, dev, backend) if "shared_w13" in spec.options else None',
+     "shared = None", [FC_GPT + "test_checkpoint_layer_equals_the_direct_build_bit_for_bit"]),
+    ("checkpoint blocks: correction bias taken from the float model", CB,
+     'routing["e_score_correction_bias"] = _correction_bias(files, row, spec).to(dev)', "pass",
+     [FC_GPT + "test_deepseek_correction_bias_is_the_checkpoints"]),
+    ("checkpoint load: a shared expert's missing part not named", "harness/checkpoints/load.py",
+     "            if part not in names.get(proj, {}):", "            if False:",
+     [FC_GPT + "test_deepseek_bad_shared_expert_or_correction_bias_is_refused"]),
+    ("checkpoint load: a non-finite correction bias accepted", "harness/checkpoints/load.py",
+     "    bad = ~torch.isfinite(t)\n    if bool(bad.any()):\n        i = int(",
+     "    bad = torch.zeros_like(t, dtype=torch.bool)\n    if bool(bad.any()):\n        i = int(",
+     [FC_GPT + "test_deepseek_bad_shared_expert_or_correction_bias_is_refused"]),
+    ("checkpoint blocks: w13 rows not checked against the model", CB,
+     "    if got != want:\n        raise CheckpointFormatError(folder, what,", "    if False:\n        raise CheckpointFormatError(folder, what,",
+     [FC_GPT + "test_deepseek_bad_shared_expert_or_correction_bias_is_refused"]),
+]
+
 
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its

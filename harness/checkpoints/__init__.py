@@ -8,6 +8,7 @@ Modules (one job each):
                   atomic versions, verification, reader locks
   make         -- `make_checkpoint(producer, scheme)`: run a maker, cache its folder
   make_*       -- one maker per producer library (llmcompressor, quark, modelopt, gpt-oss)
+  float_experts -- the float model's expert tensors (per-expert or a family's fused layout) for the makers
   files        -- safetensors + config reading (through the index; a tensor in two files
                   refused), expert tensor grouping
   completeness -- every MoE layer x expert x projection x part against config.json

@@ -1,5 +1,5 @@
-"""`make_checkpoint(producer, scheme)`: run the producer's maker on the bundled
-tiny MoE once per (producer versions, scheme, model hash) and return the
+"""`make_checkpoint(producer, scheme)`: run the producer's maker on the float
+model of its row (the bundled tiny MoE, or a tiny family model) once per (producer versions, scheme, model hash) and return the
 cached version folder, verified (cache.py). The maker runs in its own
 interpreter and process group, writing into a temporary folder that becomes
 a version only when complete (cache.publish). Interrupted (SIGINT, SIGTERM,
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from harness.checkpoints import cache, producers
-from harness.models import source
+from harness.models import source, tiny_family_make
 from harness.util import interrupt
 
 
@@ -47,10 +47,18 @@ def _run_worker(producer: str, scheme: str, work: Path, model_dir: Path, log: Pa
         raise MakeFailed(f"{producer} {scheme}: the producer printed no details line; its output: {kept_log}") from None
 
 
+def source_dir(producer: str) -> Path:
+    """The float model the producer's row quantizes: the bundled tiny MoE, or
+    its tiny family model (made into the harness cache on first use)."""
+    p = producers.get(producer)
+    return source.model_dir() if p.model is None else tiny_family_make.ensure(p.model)
+
+
 def cached_path(producer: str, scheme: str, model_dir=None) -> Path:
     """The entry's link (cache.py); make_checkpoint returns the version it points at."""
     p = producers.get(producer)
     producers.harness_scheme(producer, scheme)
+    model_dir = Path(model_dir) if model_dir else source_dir(producer)
     return cache.checkpoint_dir(producer, producers.version_key(p), scheme, source.model_hash(model_dir))
 
 
@@ -68,7 +76,7 @@ def make_checkpoint(producer: str, scheme: str, *, force: bool = False, model_di
     ok, why = producers.available(producer)
     if not ok:
         raise ProducerUnavailable(why)
-    model_dir = Path(model_dir) if model_dir else source.model_dir()
+    model_dir = Path(model_dir) if model_dir else source_dir(producer)
     link = cached_path(producer, scheme, model_dir)
     if not force and (v := _current(link)) is not None:
         return v

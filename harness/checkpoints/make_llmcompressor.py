@@ -5,13 +5,18 @@ The Qwen3-MoE experts are fused 3-D parameters in transformers 5; llmcompressor'
 own `load_quantizable_moe` loads them as per-expert Linear layers (its
 registered qwen3_moe mapping), which is how its MoE examples run. Only the
 experts are quantized: attention, router and lm_head stay float, since the
-harness emulates the MoE experts only."""
+harness emulates the MoE experts only. The tiny DeepSeek-V3 family model
+goes the same way (its registered deepseek_v3 mapping): its shared expert is
+quantized like the routed experts, as vLLM's compressed-tensors configs of
+DeepSeek quantize it; its dense first layer stays float."""
 from __future__ import annotations
 
 from pathlib import Path
 
 PRESETS = {"nvfp4": "NVFP4", "mxfp4": "MXFP4"}
-IGNORE = ["lm_head", "re:.*mlp\\.gate$", "re:.*self_attn.*"]
+# dense MLPs (DeepSeek's first_k_dense_replace layers: <layer>.mlp.gate_proj) stay float like attention;
+# routed experts (mlp.experts.<e>.*) and the shared expert (mlp.shared_experts.*) are quantized
+IGNORE = ["lm_head", "re:.*mlp\\.gate$", "re:.*self_attn.*", "re:.*\\.mlp\\.(gate|up|down)_proj$"]
 
 
 def make(scheme: str, out_dir: Path, model_dir: Path, texts: list[str]) -> dict:

@@ -8,7 +8,9 @@ reads the same files through its own loaders (roundtrip.py).
   modelopt            NVFP4QTensor.dequantize (x * fl(s * weight_scale_2))
   quark               its export pack method's unpack + quark.torch.kernel.dequantize
   gpt-oss             transformers' convert_moe_packed_tensors (then transposed
-                      back to [N, K] and the gate/up rows de-interleaved)
+                      back to [N, K] and the gate/up rows de-interleaved); its
+                      gate_up_proj_bias split as GptOssExperts._apply_gate
+                      splits gate_up + bias: gate [..., ::2], up [..., 1::2]
 """
 from __future__ import annotations
 
@@ -65,3 +67,12 @@ def gptoss(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     return convert_moe_packed_tensors(blocks, scales, dtype=F32).transpose(1, 2)
+
+
+def gptoss_gate_up_bias(bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gate [E, I], up [E, I]) float32 of the file's interleaved gate_up_proj_bias
+    [E, 2I], split the way transformers' GptOssExperts splits the biased gate_up
+    output (models/gpt_oss/modeling_gpt_oss.py `_apply_gate`; inline there, so
+    restated here)."""
+    b = bias.to(F32)
+    return b[..., ::2], b[..., 1::2]

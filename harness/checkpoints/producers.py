@@ -12,6 +12,8 @@ import importlib.util
 import importlib.metadata as md
 from dataclasses import dataclass
 
+from harness.models.tiny_model import BUNDLED_MODEL_NAME
+
 
 @dataclass(frozen=True)
 class Producer:
@@ -22,6 +24,13 @@ class Producer:
     fmt: str                # format family the reader recognises (detect.py)
     schemes: dict           # producer scheme -> harness MoE scheme
     note: str = ""
+    model: str | None = None  # the float model it quantizes: a tiny family model's name
+                              # (harness/models/tiny_families.py); None: the bundled tiny MoE
+
+    @property
+    def model_name(self) -> str:
+        """The accuracy configs' model_name of the float model."""
+        return self.model or BUNDLED_MODEL_NAME
 
 
 PRODUCERS = {
@@ -45,6 +54,21 @@ PRODUCERS = {
         note="no bf16 -> MXFP4 converter runs on CPU (transformers' Mxfp4HfQuantizer quantizes with "
              "triton_kernels on a GPU; the gpt-oss package ships no quantizer): the harness' own quantizer "
              "writes the *_blocks/*_scales layout, and transformers' convert_moe_packed_tensors reads it back"),
+    # the tiny gpt_oss family model (interleaved gate/up, expert biases, router bias, clamped SwiGLU)
+    # in the same layout, its biases written as transformers' GptOssExperts holds them
+    "gpt-oss@tiny-gpt_oss": Producer(
+        "gpt-oss@tiny-gpt_oss", ("moe-harness", "transformers"), ("transformers.integrations.mxfp4",),
+        "harness.checkpoints.make_gptoss", "gpt-oss", {"mxfp4": "w_mxfp4_a_mxfp4"},
+        note="the tiny gpt_oss family model (random, seeded) in the gpt-oss MXFP4 layout with its "
+             "gate_up_proj_bias / down_proj_bias, written by the harness' own quantizer (no CPU converter "
+             "exists, see the gpt-oss row)", model="tiny-gpt_oss"),
+    # the tiny deepseek_v3 family model: shared expert quantized like the routed ones, router
+    # e_score_correction_bias kept float; llama4_text has no row: llmcompressor 0.14.0.1's Llama4
+    # linearization reads config.text_config, which Llama4TextConfig lacks (AttributeError)
+    "llmcompressor@tiny-deepseek_v3": Producer(
+        "llmcompressor@tiny-deepseek_v3", ("llmcompressor", "compressed-tensors", "transformers"),
+        ("llmcompressor", "compressed_tensors"), "harness.checkpoints.make_llmcompressor",
+        "compressed-tensors", {"mxfp4": "w_mxfp4_a_mxfp4"}, model="tiny-deepseek_v3"),
 }
 
 

@@ -24,6 +24,8 @@ from harness.checkpoints.stacking import collect, e4m3_scales, e8m0_scales, fetc
 from harness.moe import loaders
 
 FORMAT = "compressed-tensors"
+BIAS_SUFFIXES: dict = {}  # per-expert biases: this format stores none (read_gptoss has them)
+SHARED_EXPERT = True  # a dense shared MLP is stored like an expert's projections (load.read_shared)
 # compressed-tensors "format" -> (harness weight format, harness scheme, block size, scale dtype name)
 _FORMATS = {"nvfp4-pack-quantized": ("nvfp4", "nvfp4", 16, "torch.float8_e4m3fn"),
             "mxfp4-pack-quantized": ("mxfp4", "w_mxfp4_a_mxfp4", 32, "torch.uint8")}

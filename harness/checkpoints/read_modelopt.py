@@ -21,6 +21,8 @@ from harness.checkpoints.stacking import collect, e4m3_scales, fetch, positive, 
 from harness.moe import loaders
 
 FORMAT = "modelopt"
+BIAS_SUFFIXES: dict = {}  # per-expert biases: this format stores none (read_gptoss has them)
+SHARED_EXPERT = True  # a dense shared MLP is stored like an expert's projections (load.read_shared)
 
 
 def recognises(config: dict) -> bool:

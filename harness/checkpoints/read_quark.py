@@ -25,6 +25,8 @@ from harness.moe import loaders
 import harness.formats as hf
 
 FORMAT = "quark"
+BIAS_SUFFIXES: dict = {}  # per-expert biases: this format stores none (read_gptoss has them)
+SHARED_EXPERT = True  # a dense shared MLP is stored like an expert's projections (load.read_shared)
 # quark weight dtype -> (harness weight format, harness scheme, activation dtype or None)
 _DTYPES = {"fp4": ("mxfp4", "w_mxfp4_a_mxfp4", "fp4"),
            "fp6_e2m3": ("mxfp6_e2m3", "w_mxfp6_e2m3_a_mxfp6_e2m3", "fp6_e2m3"),

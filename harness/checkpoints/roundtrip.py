@@ -1,6 +1,8 @@
 """Round-trip proof: for every expert projection of a checkpoint, the weights
 the harness' MoE layer uses (its loader + experts.dequantize_weights) against
-the producer's own dequantization of the same file tensors.
+the producer's own dequantization of the same file tensors, and, where the
+checkpoint has per-expert biases (gpt-oss), the biases the layer adds against
+the file's bias columns as the producer's model slices them.
 
 Equality is bit for bit, except for one documented convention difference:
 ModelOpt multiplies by its decode-side weight_scale_2 (x * fl(s * ws2)), the
@@ -20,10 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.checkpoints import detect, files as cfiles, producer_dequant
+from harness.checkpoints import detect, files as cfiles, float_experts, producer_dequant
 from harness.checkpoints.load import load_checkpoint
 from harness.moe.experts import make_experts
-from harness.checkpoints.files import PROJ
 
 # format -> (relative bound in ulp of the producer's value, why); None = bit for bit
 BOUNDS = {"modelopt": (3, "ModelOpt x*fl(s*ws2) vs harness x*fl(s/fl(1/ws2)): <= 3 ulp")}
@@ -99,6 +100,11 @@ def _producer_weights(fmt, ckpt, block, experts_or_names):
         dn = producer_dequant.gptoss(ckpt.get(names["down_proj", "blocks"]), ckpt.get(names["down_proj", "scales"]))
         for e in range(gu.shape[0]):
             out[e, "gate"], out[e, "up"], out[e, "down"] = gu[e, 0::2], gu[e, 1::2], dn[e]
+        if ("gate_up_proj", "bias") in names:
+            gb, ub = producer_dequant.gptoss_gate_up_bias(ckpt.get(names["gate_up_proj", "bias"]))
+            db = ckpt.get(names["down_proj", "bias"]).to(torch.float32)
+            for e in range(gb.shape[0]):
+                out[e, "gate_bias"], out[e, "up_bias"], out[e, "down_bias"] = gb[e], ub[e], db[e]
         return out
     fn = {"compressed-tensors": producer_dequant.compressed_tensors, "modelopt": producer_dequant.modelopt,
           "quark": producer_dequant.quark}[fmt]
@@ -109,17 +115,24 @@ def _producer_weights(fmt, ckpt, block, experts_or_names):
 
 
 def _source_weights(base_dir):
+    """{(block, e, gate|up|down|gate_bias|up_bias|down_bias): float tensor} of the float model."""
     if base_dir is None:
         return {}
-    from safetensors.torch import load_file
-
-
     out = {}
-    for k, v in load_file(str(cfiles.Path(base_dir) / "model.safetensors")).items():
-        m = cfiles._EXPERT.match(k)
-        if m and m.group("proj") in PROJ and m.group("suffix") == "weight":
-            out[cfiles.module_path(m.group("block")), int(m.group("e")), PROJ[m.group("proj")]] = v
+    for block, fe in float_experts.read_folder(base_dir)[2].items():
+        parts = {"gate": fe.gate, "up": fe.up, "down": fe.down}
+        if fe.has_bias:
+            parts.update(gate_bias=fe.gate_bias, up_bias=fe.up_bias, down_bias=fe.down_bias)
+        for proj, t in parts.items():
+            for e in range(t.shape[0]):
+                out[block, e, proj] = t[e]
     return out
+
+
+def _harness_part(w13, w2, qc, e: int, proj: str, inter: int) -> torch.Tensor:
+    return {"gate": lambda: w13[e, :inter], "up": lambda: w13[e, inter:], "down": lambda: w2[e],
+            "gate_bias": lambda: qc.w13_bias[e, :inter], "up_bias": lambda: qc.w13_bias[e, inter:],
+            "down_bias": lambda: qc.w2_bias[e]}[proj]()
 
 
 def roundtrip(folder, base_dir=None, producer_files=None) -> RoundTrip:
@@ -135,7 +148,11 @@ def roundtrip(folder, base_dir=None, producer_files=None) -> RoundTrip:
         w13, w2 = _harness_weights(qc)
         inter = w2.shape[2]
         prod = _producer_weights(loaded.fmt, ckpt, block, groups[block])
+        have_bias = qc.w13_bias is not None
+        if have_bias != any(proj.endswith("_bias") for _, proj in prod):
+            raise ValueError(f"{block}: expert biases {'loaded' if have_bias else 'not loaded'} by the harness, "
+                             f"{'absent from' if have_bias else 'present in'} the producer's tensors")
         for (e, proj), p in sorted(prod.items()):
-            h = {"gate": w13[e, :inter], "up": w13[e, inter:], "down": w2[e]}[proj]
+            h = _harness_part(w13, w2, qc, e, proj, inter)
             rt.results.append(compare_tensor(f"{block}.experts.{e}.{proj}", h, p, source.get((block, e, proj))))
     return rt

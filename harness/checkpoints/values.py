@@ -7,6 +7,7 @@ the file, the tensor, its expert and projection, and the first bad value.
   E4M3 block scales (NVFP4)  sign bit clear and not the NaN code (0x7F)
   E8M0 block scales (MX)     not 0xFF (NaN)
   per-tensor scales          finite and > 0 (global, weight_scale_2, input scales)
+  expert biases (gpt-oss)    finite
 """
 from __future__ import annotations
 
@@ -65,3 +66,14 @@ def same_pair(files, gate_name: str, up_name: str, g: torch.Tensor, u: torch.Ten
                                     f"the value of {gate_name} ({_whose(up_name)}: gate and up share one global "
                                     f"scale), got {float(u.reshape(-1)[0]):g} against {float(g.reshape(-1)[0]):g}")
 
+
+
+def finite_bias(files, name: str, t: torch.Tensor) -> torch.Tensor:
+    """Per-expert bias [E, N]: every value finite (dim 0 is the expert)."""
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        e, col = (int(i) for i in torch.nonzero(bad)[0])
+        raise CheckpointFormatError(files.file_of(name), name,
+                                    f"finite bias values (expert {e}), got {float(t[e, col])} at column {col} "
+                                    f"({int(bad.sum())} of {t.numel()} values not finite)")
+    return t

@@ -6,7 +6,8 @@ their `harness.checkpoint` section.
     python -m harness.lmeval.checkpoint_expected measure --producer P --scheme S --reports R
         (run once per kernel set: ATEN_CPU_CAPABILITY=default|avx2|avx512)
     python -m harness.lmeval.checkpoint_expected render --producer P --scheme S --from LABEL=R/<run>/lm_eval ...
-    python -m harness.lmeval.checkpoint_expected bootstrap   (every missing config, values null)
+    python -m harness.lmeval.checkpoint_expected bootstrap   (every missing config, values null;
+        a tiny family model's row: its tiny family config plus the checkpoint section, always rewritten)
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import argparse
 from pathlib import Path
 
 from harness.lmeval import expected
-from harness.lmeval.configs import CONFIG_DIR, config_name
+from harness.lmeval.configs import CONFIG_DIR, config_name, tiny_family_config_path
+from harness.models import tiny_families
 from harness.checkpoints import producers
 from harness.util.report import ReportDir
 from harness.lmeval.config import load
@@ -30,7 +32,31 @@ def _checkpoint_lines(producer: str, scheme: str) -> list[str]:
             f"    producer_scheme: {scheme}"]
 
 
+def render_family(producer: str, scheme: str) -> str:
+    """A row whose float model is a tiny RANDOM family model: its config is the
+    model's own tiny-<model_type>-<scheme>.yaml (KL and certified-oracle gates,
+    no accuracy: random weights have none) with the checkpoint section. Its KL
+    bound holds unchanged because the checkpoint's codes, scale bytes and
+    biases are the ones the harness' own quantization gives (proved layer by
+    layer in suites/checkpoints/test_family_checkpoints.py)."""
+    p = producers.get(producer)
+    hscheme = producers.harness_scheme(producer, scheme)
+    model_type = tiny_families.TINY_FAMILIES[p.model].model_type
+    src = tiny_family_config_path(model_type, hscheme)
+    lines = src.read_text().split("\n")
+    head = [f"# {p.model}, {producer} {scheme} checkpoint (made by `moe-harness checkpoint make --producer {producer} "
+            f"--scheme {scheme}`), evaluated as {hscheme}:",
+            f"# the experts (and their biases) read from the checkpoint, everything else from the float model.",
+            f"# Gates and values as {src.name} (rendered from it by python -m harness.lmeval.checkpoint_expected"
+            " bootstrap):"]
+    at = lines.index(f"  scheme: {hscheme}") + 1
+    return "\n".join(head + lines[:at] + _checkpoint_lines(producer, scheme) + lines[at:])
+
+
 def render(producer: str, scheme: str, th, desc: str) -> str:
+    if producers.get(producer).model is not None:
+        raise ValueError(f"{producer}: a tiny family model's checkpoint config is render_family's "
+                         "(KL and oracle gates of its tiny family config)")
     hscheme = producers.harness_scheme(producer, scheme)
     lines = expected.render(hscheme, th, desc).split("\n")
     lines[0] = (f"# tiny-moe, {producer} {scheme} checkpoint (made by `moe-harness checkpoint make --producer {producer} "
@@ -84,7 +110,9 @@ def _bootstrap(args) -> int:
     for name, p in producers.PRODUCERS.items():
         for s in p.schemes:
             out = Path(args.out) / config_name(name, s)
-            if not out.exists():  # a rendered (measured) config is never overwritten by a blank one
+            if p.model is not None:  # follows its tiny family config, rewritten whenever that changes
+                out.write_text(render_family(name, s))
+            elif not out.exists():  # a rendered (measured) config is never overwritten by a blank one
                 out.write_text(render(name, s, None, "no measured runs yet"))
     return 0
 

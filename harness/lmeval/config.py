@@ -173,7 +173,7 @@ class CheckpointSpec:
     subdir: str | None = None
 
 
-def _parse_checkpoint(path, raw, scheme, model_dir_env) -> CheckpointSpec | None:
+def _parse_checkpoint(path, raw, scheme, model_dir_env, model_name=None) -> CheckpointSpec | None:
     """The `harness.checkpoint` section (see harness.lmeval.checkpoint_config)."""
     if raw is None:
         return None
@@ -195,6 +195,9 @@ def _parse_checkpoint(path, raw, scheme, model_dir_env) -> CheckpointSpec | None
             raise ConfigError(path, "harness.checkpoint.format", f"{spec.producer} writes {p.fmt}, not {fmt}")
         if scheme != want:
             raise ConfigError(path, "harness.scheme", f"{spec.producer} {spec.producer_scheme} is evaluated as {want}, got {scheme}")
+        if model_name is not None and model_name != p.model_name:
+            raise ConfigError(path, "model_name", f"{p.model_name} (the float model {spec.producer} quantizes), "
+                              f"got {model_name}")
     elif model_dir_env is None:
         raise ConfigError(path, "harness.checkpoint.subdir", "needs harness.model_dir_env (the folder holding it)")
     return spec
@@ -393,7 +396,7 @@ def parse(data, path="<config>") -> AccuracyConfig:
     _check_paired_names(path, cfg)
     cfg.kl = _parse_kl(path, gates.get("kl"), cfg)
     if "checkpoint" in h:
-        cfg.checkpoint = _parse_checkpoint(path, h["checkpoint"], cfg.scheme, cfg.model_dir_env)
+        cfg.checkpoint = _parse_checkpoint(path, h["checkpoint"], cfg.scheme, cfg.model_dir_env, cfg.model_name)
     return cfg
 
 

@@ -115,9 +115,12 @@ def convert_to_nvfp4_moe_kernel_format(layer, w13, w13_scale, w13_scale_2, w2, w
     return _finish(qc, backend)
 
 
-def convert_to_ocp_mx_moe_kernel_format(layer, w13, w13_scale, w2, w2_scale, backend, scheme="w_mxfp4_a_mxfp4") -> dict:
-    """OCP MX tensors (codes, fp4 packed or not; E8M0 scale bytes) -> same dict.
-    `layer` is accepted for signature parity and never read."""
+def convert_to_ocp_mx_moe_kernel_format(layer, w13, w13_scale, w2, w2_scale, backend, scheme="w_mxfp4_a_mxfp4",
+                                        w13_bias=None, w2_bias=None) -> dict:
+    """OCP MX tensors (codes, fp4 packed or not; E8M0 scale bytes), optional
+    per-expert biases w13_bias [E, 2I] / w2_bias [E, H] (float32 on the
+    weights' device) -> same dict. `layer` is accepted for signature parity
+    and never read."""
     backend = MoEBackend.parse(backend)
     s = get_scheme(scheme)
     device = w13.device
@@ -128,7 +131,11 @@ def convert_to_ocp_mx_moe_kernel_format(layer, w13, w13_scale, w2, w2_scale, bac
     c2 = unpack_weight(w2.to(device), s2, s.weight_fmt, "w2_weight")
     q13 = hf.QuantizedTensor(c13, s13, None, s.weight_fmt, s.scale_mode)
     q2 = hf.QuantizedTensor(c2, s2, None, s.weight_fmt, s.scale_mode)
-    return _finish(MoEQuantConfig(s, q13, q2), backend)
+
+    def bias(b):
+        return None if b is None else b.to(device=device, dtype=torch.float32)
+
+    return _finish(MoEQuantConfig(s, q13, q2, w13_bias=bias(w13_bias), w2_bias=bias(w2_bias)), backend)
 
 
 def _finish(qc: MoEQuantConfig, backend: MoEBackend) -> dict:

@@ -77,16 +77,18 @@ def load_compressed_tensors_nvfp4(tensors: dict, scheme=NVFP4) -> MoEQuantConfig
 
 
 def load_ocp_mx(tensors: dict, scheme=None) -> MoEQuantConfig:
-    """Keys: w13_weight, w13_weight_scale (E8M0 bytes), w2_weight, w2_weight_scale;
-    the scheme from the `scheme` argument or a "scheme" entry (default
-    w_mxfp4_a_mxfp4). fp4 weights may be packed (low nibble first)."""
+    """Keys: w13_weight, w13_weight_scale (E8M0 bytes), w2_weight, w2_weight_scale,
+    optional w13_bias [E, 2I] (gate then up) and w2_bias [E, H] (float, both or
+    neither: gpt-oss); the scheme from the `scheme` argument or a "scheme"
+    entry (default w_mxfp4_a_mxfp4). fp4 weights may be packed (low nibble first)."""
     name = scheme if scheme is not None else tensors.get("scheme", "w_mxfp4_a_mxfp4")
     s = get_scheme(name)
     if s.two_level or s.weight_fmt is None:
         raise ValueError(f"load_ocp_mx: {s.name} is not an OCP MX scheme")
     t = tensors
     out = convert_to_ocp_mx_moe_kernel_format(None, t["w13_weight"], t["w13_weight_scale"], t["w2_weight"],
-                                              t["w2_weight_scale"], MoEBackend.EMULATION, scheme=s)
+                                              t["w2_weight_scale"], MoEBackend.EMULATION, scheme=s,
+                                              w13_bias=t.get("w13_bias"), w2_bias=t.get("w2_bias"))
     return out["quant_config"]
 
 

@@ -34,10 +34,10 @@ def test_quark_activation_scale_mode_must_be_the_schemes(tmp_path):
     refused(f, "input_tensors.scale_calculation_mode", "'even'", "'floor'")
 
 
-def test_gptoss_expert_bias_is_refused(tmp_path):
+def test_gptoss_one_expert_bias_without_the_other_is_refused(tmp_path):
     name = "model.layers.0.mlp.experts.gate_up_proj_bias"
     f = copy(tmp_path, "gpt-oss", "mxfp4", tensors=lambda t: t.update({name: torch.zeros(8, 128)}))
-    refused(f, name, "no expert bias")
+    refused(f, "model.layers.0.mlp.experts.down_proj_bias", f"{name} is present", "come together", "missing")
 
 
 def test_unquantized_folder_names_the_missing_quant_method(tmp_path):

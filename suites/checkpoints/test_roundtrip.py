@@ -2,17 +2,20 @@
 the weights the harness' MoE layer uses equal the producer's own
 dequantization bit for bit (ModelOpt: the documented <= 3 ulp convention
 bound, harness/checkpoints/roundtrip.py), the checkpoint was made from the
-bundled model (non-expert tensors identical, experts close), and made.json
-records the producer versions."""
+row's float model (non-expert tensors identical, experts close, biases
+equal), and made.json records the producer versions."""
 import json
 
 import pytest
 import torch
 
 import harness.formats as hf
-from harness.checkpoints import cache, producers
+from harness.checkpoints import cache, float_experts, producers
 from harness.models import source
+from harness.checkpoints.completeness import expert_count, sparse_layers
+from harness.checkpoints.files import CheckpointFiles
 from harness.checkpoints.load import base_mismatches, load_checkpoint
+from harness.checkpoints.make import source_dir
 from harness.checkpoints.roundtrip import roundtrip
 
 from suites.checkpoints.producer_checkpoints import made
@@ -23,25 +26,45 @@ from suites.checkpoints.producer_checkpoints import made
 SOURCE_REL_ERR_MAX = 0.2
 
 
+def _expected_results(config: dict, base) -> int:
+    """MoE layers x experts x (gate, up, down), x 2 when the float model has
+    per-expert biases (their gate, up and down parts are compared too)."""
+    layers, _ = sparse_layers(config, "config.json")
+    E, _ = expert_count(config, "config.json")
+    biased = any(fe.has_bias for fe in float_experts.read_folder(base)[2].values())
+    return len(layers) * E * 3 * (2 if biased else 1)
+
+
 def test_roundtrip(case):
     producer, scheme, folder = case
-    rt = roundtrip(folder, base_dir=source.model_dir())
+    rt = roundtrip(folder, base_dir=source_dir(producer))
     assert rt.scheme == producers.harness_scheme(producer, scheme)
     assert rt.fmt == producers.get(producer).fmt
-    assert len(rt.results) == 3 * 8 * 3, rt.summary()      # layers x experts x (gate, up, down)
+    want = _expected_results(json.loads((folder / "config.json").read_text()), source_dir(producer))
+    assert len(rt.results) == want, rt.summary()
     assert rt.ok, rt.summary()
     if rt.bound_ulp is None:
         assert all(r.differing == 0 for r in rt.results), rt.summary()
-    worst = max(r.source_rel_err for r in rt.results)
+    weights = [r.source_rel_err for r in rt.results if not r.name.endswith("_bias")]
+    worst = max(weights)
     assert worst < SOURCE_REL_ERR_MAX, f"{rt.summary()}: experts differ from the float model by {worst}"
+    biases = [r for r in rt.results if r.name.endswith("_bias")]
+    assert all(r.source_rel_err == 0 for r in biases), "biases are stored unquantized: equal to the float model's"
 
 
-def test_made_from_the_bundled_model(case):
+def test_made_from_its_float_model(case):
     producer, scheme, folder = case
-    assert base_mismatches(folder, source.model_dir()) == []
+    base = source_dir(producer)
+    ckpt_keys = set(CheckpointFiles(folder).keys())
+    # the one float tensor a producer may replace: a shared expert's weight, which it quantizes like the
+    # routed experts' (test_family_checkpoints.py proves it read bit for bit into the layer)
+    quantized_shared = [k for k in base_mismatches(folder, base)
+                        if ".shared_expert" in k and k.endswith(".weight") and k not in ckpt_keys
+                        and k[:-len("weight")] + "weight_packed" in ckpt_keys]
+    assert base_mismatches(folder, base) == quantized_shared
     m = json.loads((folder / cache.MARKER).read_text())
     assert m["versions"] == producers.versions(producers.get(producer))
-    assert m["model_hash"] == source.model_hash() and m["scheme"] == scheme
+    assert m["model_hash"] == source.model_hash(base) and m["scheme"] == scheme
 
 
 def test_modelopt_difference_is_only_the_multiplier():
