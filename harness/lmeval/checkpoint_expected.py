@@ -46,7 +46,7 @@ def render_family(producer: str, scheme: str) -> str:
     lines = src.read_text().split("\n")
     head = [f"# {p.model}, {producer} {scheme} checkpoint (made by `moe-harness checkpoint make --producer {producer} "
             f"--scheme {scheme}`), evaluated as {hscheme}:",
-            f"# the experts (and their biases) read from the checkpoint, everything else from the float model.",
+            "# the experts (and their biases) read from the checkpoint, everything else from the float model.",
             f"# Gates and values as {src.name} (rendered from it by python -m harness.lmeval.checkpoint_expected"
             " bootstrap):"]
     at = lines.index(f"  scheme: {hscheme}") + 1

@@ -181,7 +181,7 @@ def test_the_maker_writes_transformers_layout():
     assert shapes[f"{B0}.down_proj_blocks"] == ((E, H, I // 32, 16), "U8")
     assert shapes[f"{B0}.down_proj_bias"] == ((E, H), "F32")
     assert shapes["model.layers.0.mlp.router.bias"] == ((E,), "F32")
-    assert not any(k.endswith("experts.gate_up_proj") or k.endswith("experts.down_proj") for k in shapes)
+    assert not any(k.endswith(("experts.gate_up_proj", "experts.down_proj")) for k in shapes)
     # the file's interleaved bias is the float model's own gate_up_proj_bias, column for column
     from safetensors.torch import load_file
 
