@@ -12,7 +12,9 @@ from harness.moe.layer import FusedMoE
 from harness.emulation import parallel
 
 
-def build(swapper, folder: str, expect: str, backend: str = "unfused") -> tuple[str, dict]:
+def build(swapper, folder: str, expect: str, backend: str = "unfused", keep_codes: bool = True) -> tuple[str, dict]:
+    """-> (the checkpoint's scheme, {block name: emulated block}); keep_codes
+    as harness.moe.experts (the caller takes it from moe_swap.keep_codes_for)."""
     import torch
 
 
@@ -41,6 +43,9 @@ def build(swapper, folder: str, expect: str, backend: str = "unfused") -> tuple[
         if weights:
             raise CheckpointFormatError(folder, f"{spec.name}", f"a {spec.family} block without {weights[0]} "
                                         "(checkpoint-built layers read the routed experts only)")
-        fused = FusedMoE(make_experts(qc, backend=backend), top_k=spec.top_k, **spec.routing_options())
+        experts = make_experts(qc, backend=backend, keep_codes=keep_codes)
+        # the read tensors of this block are dropped too: with keep_codes=False the codes are then freed
+        del qc, t, tensors[spec.name]
+        fused = FusedMoE(experts, top_k=spec.top_k, **spec.routing_options())
         mods[spec.name] = EmulatedSparseMoeBlock(spec, fused, scheme)
     return scheme, mods
