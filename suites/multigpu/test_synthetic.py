@@ -322,3 +322,19 @@ def test_moe_emu_drops_codes_iff_no_oracle(written, oracle):
     else:
         with pytest.raises(CodesReleasedError, match=r"certified oracle .*keep_codes=True"):
             lm.set_scheme("oracle:" + want)
+
+
+@pytest.mark.parametrize("keep_codes", [False, True])
+def test_producer_checkpoint_blocks_keep_codes_as_asked(tmp_path, keep_codes):
+    """checkpoint_blocks.build passes keep_codes to every block it builds."""
+    from transformers import AutoModelForCausalLM
+
+    from harness.emulation import checkpoint_blocks
+    from harness.emulation.moe_swap import Swapper
+    from harness.models.tiny_model import bundled_dir
+
+    synthetic.write("tiny-moe", "mxfp4", tmp_path / "c", seed=0, device="cpu")
+    model = AutoModelForCausalLM.from_pretrained(bundled_dir(), dtype=torch.float32, local_files_only=True)
+    sw = Swapper.attach(model)
+    _, mods = checkpoint_blocks.build(sw, str(tmp_path / "c"), "compressed-tensors", "fused", keep_codes=keep_codes)
+    assert {b.emulated.quant_config.codes_released for b in mods.values()} == {not keep_codes}
