@@ -380,8 +380,9 @@ class Swapper:
         for spec in self.specs:
             gs = (scales or {}).get(spec.name, {})
             # gs: {a1_gscale, a2_gscale[, shared_a1_gscale, shared_a2_gscale]} (calibrate.scales_from_amax)
-            emu = build_fn(scheme, spec.w13, spec.w2, top_k=spec.top_k, **spec.options, **gs, backend=backend,
-                           keep_codes=keep_codes)
+            # keep_codes goes to build_fn only when False: a builder without the option still builds the default
+            lean = {} if keep_codes else {"keep_codes": False}
+            emu = build_fn(scheme, spec.w13, spec.w2, top_k=spec.top_k, **spec.options, **gs, backend=backend, **lean)
             mods[spec.name] = EmulatedSparseMoeBlock(spec, emu, scheme)
         self.built[scheme] = mods
 

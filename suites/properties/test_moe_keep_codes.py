@@ -117,3 +117,19 @@ def test_unfused_refuses_keep_codes_false(problem):
 
 def test_the_one_decision():
     assert [keep_codes_for(b, o) for b in ("unfused", "fused") for o in (False, True)] == [True, True, False, True]
+
+
+def test_swapper_passes_keep_codes_false_to_the_builder(problem):
+    """Swapper.build (moe-emu on a float model) hands keep_codes=False to the
+    builder; with the default it calls the builder exactly as before."""
+    from harness.emulation.moe_swap import MoEBlockSpec, Swapper
+
+    seen = []
+    spec = MoEBlockSpec("m", "mixtral", torch.zeros(E, H), K, problem["w13"], problem["w2"],
+                        options=dict(renormalize=True, scoring="softmax", activation="silu"))
+    sw = Swapper(model=None, specs=[spec])
+    for keep in (True, False):
+        sw.build("w_mxfp4", lambda *a, **kw: seen.append(kw.get("keep_codes", "absent"))
+                 or hm.build_emulated_moe(*a, **kw), backend="fused", keep_codes=keep)
+        assert sw.built["w_mxfp4"]["m"].emulated.quant_config.codes_released is not keep
+    assert seen == ["absent", False]
