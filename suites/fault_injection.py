@@ -615,6 +615,44 @@ FAULTS += [
 ]
 
 
+# keep_codes=False: a fused layer releases its unpacked codes, freed, not moved; readers
+# fail loudly; the eval drops them exactly when no certified oracle is asked; the memory
+# model's term is what the layer holds.
+KC = P + "test_moe_keep_codes.py::"
+RB = "suites/multigpu/test_resident_bytes.py::test_resident_bytes_are_the_paper_figure"
+FAULTS += [
+    ("keep_codes=False: the layer keeps its codes anyway", "harness/moe/experts.py",
+     "            self.quant_config = quant_config.without_codes()", "            self.quant_config = quant_config",
+     [KC + "test_outputs_bit_identical_without_codes", KC + "test_codes_are_freed_not_moved", RB]),
+    ("keep_codes=False: the codes moved to another attribute, not freed", "harness/moe/experts.py",
+     "            self.quant_config = quant_config.without_codes()",
+     "            self.quant_config, self._codes = quant_config.without_codes(), (quant_config.w13_q, quant_config.w2_q)",
+     [KC + "test_codes_are_freed_not_moved", RB]),
+    ("keep_codes=False accepted on the unfused backend", "harness/moe/experts.py",
+     'if not keep_codes and backend != "fused":', "if False:",
+     [KC + "test_unfused_refuses_keep_codes_false"]),
+    ("the certified oracle built on a layer whose codes were released", "harness/emulation/moe_swap.py",
+     '        require_codes(fused.quant_config, "the certified oracle (OracleMoE, the kl_oracle gate)")\n', "",
+     [KC + "test_every_reader_of_released_codes_fails_clearly"]),
+    ("keep_codes_for drops the codes although the oracle is asked", "harness/emulation/moe_swap.py",
+     'return backend != "fused" or bool(oracle)', 'return backend != "fused"',
+     [KC + "test_the_one_decision", "suites/multigpu/test_config.py::test_session_keeps_codes_iff_the_oracle_is_asked",
+      "suites/multigpu/test_synthetic.py::test_moe_emu_drops_codes_iff_no_oracle"]),
+    ("eval never tells the session that the kl_oracle gate is planned", "harness/lmeval/evaluate.py",
+     'oracle=any(s.gate == "kl_oracle" for s in specs))', "oracle=False)",
+     ["suites/multigpu/test_config.py::test_run_config_asks_for_the_oracle_iff_the_gate_is_planned"]),
+    ("synthetic loader ignores keep_codes", "harness/emulation/synthetic_loader.py",
+     "experts = make_experts(qc, backend=backend, keep_codes=keep_codes)", "experts = make_experts(qc, backend=backend)",
+     ["suites/multigpu/test_synthetic.py::test_loader_keeps_codes_as_asked"]),
+    ("memory model: the released codes still counted", "harness/models/shapes.py",
+     "released = 0 if keep_codes else self.released_expert_bytes_per_layer(block, fp4=fp4)", "released = 0",
+     [RB, "suites/multigpu/test_resident_bytes.py::test_released_term_on_paper"]),
+    ("memory model: a non-fp4 kernel format's code tensor counted as released", "harness/models/shapes.py",
+     "return (n if fp4 else 0) + n // block", "return n + n // block",
+     [RB, "suites/multigpu/test_resident_bytes.py::test_released_term_on_paper"]),
+]
+
+
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its
     file, or that names a test file or test function that does not exist."""

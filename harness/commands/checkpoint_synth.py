@@ -33,17 +33,24 @@ def add_synth_parser(sub) -> None:
 
 def plan(shape_name: str, scheme: str) -> dict:
     """Sizes on paper; "emulated" is the unfused backend's layer, "emulated_fused"
-    the fused backend's on a GPU (its kernel format added, harness/emulation/memory_model.py)."""
+    the fused backend's on a GPU (its kernel format added, harness/emulation/memory_model.py),
+    "emulated_fused_no_codes" that layer with its unpacked codes released
+    (keep_codes=False: what the eval builds when no certified oracle is asked for)."""
     s = get_shape(shape_name)
     block = block_size(scheme)
     emu = s.emulated_bytes(block)
-    fused = s.emulated_bytes(block, fused=True, post=get_scheme(SCHEMES[scheme]).two_level)
+    row = get_scheme(SCHEMES[scheme])
+    kernel = dict(fused=True, fp4=row.weight_spec.is_fp4, post=row.two_level)
+    fused = s.emulated_bytes(block, **kernel)
+    lean = s.emulated_bytes(block, **kernel, keep_codes=False)
     # (two-level rows run "bf16" GEMMs on a GPU, which keep the 1/gs multipliers)
     return {"shape": s.name, "scheme": scheme, "params": s.params, "bf16_gib": round(s.bf16_bytes() / GiB, 1),
             "emulated_gib": round(emu / GiB, 1), "emulated_fused_gib": round(fused / GiB, 1),
+            "emulated_fused_no_codes_gib": round(lean / GiB, 1),
             "disk_gib": round(s.disk_bytes(block) / GiB, 1),
             "bf16_fits_one_h200": s.bf16_bytes() < H200_BYTES,
             "emulated_fits_one_h200": emu < H200_BYTES, "emulated_fused_fits_one_h200": fused < H200_BYTES,
+            "emulated_fused_no_codes_fits_one_h200": lean < H200_BYTES,
             "note": s.note}
 
 

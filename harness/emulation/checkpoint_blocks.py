@@ -46,7 +46,9 @@ def _check_biases(folder, fmt: str, reader, spec, qc) -> None:
                                 "the checkpoint has them")
 
 
-def build(swapper, folder: str, expect: str, backend: str = "unfused") -> tuple[str, dict]:
+def build(swapper, folder: str, expect: str, backend: str = "unfused", keep_codes: bool = True) -> tuple[str, dict]:
+    """-> (the checkpoint's scheme, {block name: emulated block}); keep_codes
+    as harness.moe.experts (the caller takes it from moe_swap.keep_codes_for)."""
     files, fmt, scheme, tensors = read_tensors(folder, expect=expect)
     reader = detect.reader(fmt)
     names = {s.name for s in swapper.specs}
@@ -66,13 +68,17 @@ def build(swapper, folder: str, expect: str, backend: str = "unfused") -> tuple[
         routing = spec.routing_options()
         if "e_score_correction_bias" in routing:
             routing["e_score_correction_bias"] = _correction_bias(files, row, spec).to(dev)
-        shared = _shared_experts(files, fmt, scheme, row, spec, dev, backend) if "shared_w13" in spec.options else None
+        shared = (_shared_experts(files, fmt, scheme, row, spec, dev, backend, keep_codes)
+                  if "shared_w13" in spec.options else None)
         weights = sorted(set(spec.options) - set(ROUTING_KEYS) - set(BIAS_KEYS) - set(SHARED_KEYS))
         if weights:
             raise CheckpointFormatError(folder, f"{spec.name}", f"a {spec.family} block without {weights[0]} "
                                         "(checkpoint-built layers read the routed experts, their biases and the "
                                         "shared expert only)")
-        fused = FusedMoE(make_experts(qc, backend=backend), top_k=spec.top_k, shared_experts=shared, **routing)
+        experts = make_experts(qc, backend=backend, keep_codes=keep_codes)
+        # the read tensors of this block are dropped too: with keep_codes=False the codes are then freed
+        del qc, tensors[spec.name]
+        fused = FusedMoE(experts, top_k=spec.top_k, shared_experts=shared, **routing)
         mods[spec.name] = EmulatedSparseMoeBlock(spec, fused, scheme)
     return scheme, mods
 
@@ -94,7 +100,7 @@ def _correction_bias(files, row, spec):
     return b
 
 
-def _shared_experts(files, fmt, scheme, row, spec, dev, backend):
+def _shared_experts(files, fmt, scheme, row, spec, dev, backend, keep_codes=True):
     """The block's dense shared MLP from the checkpoint, quantized like the routed
     experts in the checkpoint's scheme, as a one-expert experts object."""
     prefix = f"{spec.name}.{row.shared}"
@@ -106,7 +112,7 @@ def _shared_experts(files, fmt, scheme, row, spec, dev, backend):
                                     f"[H, S] = {list(w2.shape)}), quantized in {scheme}: no tensor under {prefix}")
     qc = load.quant_config(fmt, _to(t, dev), scheme, files.folder, f"{prefix} (shared expert)")
     _check_shapes(files.folder, f"{prefix} (shared expert)", qc, 1, w13.shape[1], w2.shape[1])
-    return make_experts(qc, backend=backend)
+    return make_experts(qc, backend=backend, keep_codes=keep_codes)
 
 
 def _check_shapes(folder, what: str, qc, E: int, H: int, I: int) -> None:

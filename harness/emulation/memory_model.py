@@ -8,8 +8,11 @@ expert weights of a layer, E experts, H hidden, I expert intermediate):
   (shapes.Shape.emulated_layer_bytes: uint8 codes, scale bytes, global
   scales, bf16 attention and router; backend "fused" adds the kernel format:
   packed fp4 codes and one float32 multiplier per block for the precision the
-  layer runs); the embedding on the first device, final norm and lm_head on
-  the last.
+  layer runs; a fused layer built with keep_codes=False, what the eval builds
+  when no certified oracle is asked for (moe_swap.keep_codes_for), holds
+  shapes.Shape.released_expert_bytes_per_layer less: no unpacked fp4 codes
+  (1 B/element) and no scale bytes); the embedding on the first device, final
+  norm and lm_head on the last.
 - moe transient (every device holding a layer), the live buffers of one
   ExpertsBase.apply at its largest moment:
   - unfused: the layer's experts dequantized to float32 (4 x n) plus the
@@ -83,17 +86,18 @@ def moe_transient(shape: Shape, scheme, backend: str, P: int, precision: str) ->
 
 
 def per_device(shape: Shape, scheme: str, device_map: dict, batch: int, seq: int, *,
-               backend: str = "unfused", device_type: str = "cuda") -> dict:
+               backend: str = "unfused", device_type: str = "cuda", keep_codes: bool = True) -> dict:
     """{device: {weights, moe_transient, logits, peak}} in bytes, for the
     emulated `scheme` (a harness scheme name) under the experts `backend`,
-    its fused precision resolved as on `device_type`."""
+    its fused precision resolved as on `device_type`; keep_codes=False: the
+    fused layers released their unpacked codes."""
     s = get_scheme(scheme)
     if s.weight_fmt is None:
         raise ValueError(f"{scheme}: the memory model covers quantized experts only")
     spec = s.weight_spec
     precision = resolve_precision("auto", s, device_type)
     layer_bytes = shape.emulated_layer_bytes(spec.block_size, fused=backend == "fused", fp4=spec.is_fp4,
-                                             post=s.two_level and precision == "bf16")
+                                             post=s.two_level and precision == "bf16", keep_codes=keep_codes)
     layer_dev = [_canonical(d) for d in _layer_devices(device_map, shape.layers)]
     first, last = (_canonical(d) for d in _first_last(device_map))
     devices = sorted(set(layer_dev) | {first, last})

@@ -22,6 +22,7 @@ from torch import nn
 from harness.emulation import families
 from harness.kernels import fused_gemm as fused_kernels
 from harness.moe import activations
+from harness.moe.config import require_codes
 from harness.moe.reference import reference_moe_trace
 from harness.moe.tolerance import output_tolerance
 from harness.moe.reference import qdq_activation
@@ -275,6 +276,8 @@ class OracleMoE(nn.Module):
 
     def __init__(self, fused: nn.Module):
         super().__init__()
+        require_codes(fused.quant_config, "the certified oracle (OracleMoE, the kl_oracle gate)")
+        require_codes(fused.shared_quant_config, "the certified oracle (OracleMoE, the kl_oracle gate)")
         self.fused = fused
         self.stats = new_oracle_stats()
 
@@ -339,6 +342,16 @@ def layer_c_prec(fused: nn.Module, device) -> float:
 ORACLE_PREFIX = "oracle:"
 
 
+def keep_codes_for(backend: str, oracle: bool) -> bool:
+    """Whether emulated layers keep their unpacked expert weight codes: THE one
+    place this is decided (the eval, the lm-eval adapter and the loaders take
+    its answer). The unfused backend reads them on every forward; a fused
+    layer reads only its kernel weights, so it keeps them only when the
+    certified oracle (OracleMoE, the kl_oracle gate: harness.gates.kl.oracle_max)
+    will run, which reads them through the float64 reference."""
+    return backend != "fused" or bool(oracle)
+
+
 def _parent(model: nn.Module, dotted: str):
     parent_name, _, child = dotted.rpartition(".")
     return (model.get_submodule(parent_name) if parent_name else model), child
@@ -361,12 +374,15 @@ class Swapper:
         originals = {s.name: model.get_submodule(s.name) for s in specs}
         return cls(model=model, specs=specs, originals=originals)
 
-    def build(self, scheme: str, build_fn, scales: dict | None = None, backend: str = "unfused") -> None:
+    def build(self, scheme: str, build_fn, scales: dict | None = None, backend: str = "unfused",
+              keep_codes: bool = True) -> None:
         mods = {}
         for spec in self.specs:
             gs = (scales or {}).get(spec.name, {})
             # gs: {a1_gscale, a2_gscale[, shared_a1_gscale, shared_a2_gscale]} (calibrate.scales_from_amax)
-            emu = build_fn(scheme, spec.w13, spec.w2, top_k=spec.top_k, **spec.options, **gs, backend=backend)
+            # keep_codes goes to build_fn only when False: a builder without the option still builds the default
+            lean = {} if keep_codes else {"keep_codes": False}
+            emu = build_fn(scheme, spec.w13, spec.w2, top_k=spec.top_k, **spec.options, **gs, backend=backend, **lean)
             mods[spec.name] = EmulatedSparseMoeBlock(spec, emu, scheme)
         self.built[scheme] = mods
 

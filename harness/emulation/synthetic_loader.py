@@ -104,8 +104,10 @@ def device_map_for(cfg: dict, devices: list[str]) -> dict:
 
 # -- building ------------------------------------------------------------------------------
 def build_block(files, reader, groups: dict, arch, layer: int, scheme: str, top_k: int, device,
-                backend="unfused"):
-    """The emulated sparse-MoE block of `layer`, every tensor on `device`."""
+                backend="unfused", keep_codes: bool = True):
+    """The emulated sparse-MoE block of `layer`, every tensor on `device`;
+    keep_codes=False (fused only) releases the unpacked codes once the kernel
+    weights are built (nothing here holds the quant config after that)."""
 
     hub = f"model.layers.{layer}.{arch.moe}"          # the file's name (Mixtral: block_sparse_moe)
     name = f"model.layers.{layer}.mlp"                 # the module's (and the reader's group key)
@@ -120,7 +122,9 @@ def build_block(files, reader, groups: dict, arch, layer: int, scheme: str, top_
     router = files.get(f"{hub}.gate.weight").to(device)
     spec = MoEBlockSpec(name=name, family=arch.family, router_weight=router, top_k=top_k,
                         options=dict(renormalize=arch.renormalize, scoring="softmax", activation="silu"))
-    fused = FusedMoE(make_experts(qc, backend=backend), top_k=top_k, **spec.routing_options())
+    experts = make_experts(qc, backend=backend, keep_codes=keep_codes)
+    del qc, t  # with keep_codes=False the experts hold the only reference left to the kernel weights' sources
+    fused = FusedMoE(experts, top_k=top_k, **spec.routing_options())
     return spec, EmulatedSparseMoeBlock(spec, fused, scheme)
 
 
@@ -134,9 +138,10 @@ def _device_of(dm: dict, name: str) -> str:
 
 
 def load(model_dir, devices: list[str] | None = None, device_map: dict | None = None, dtype=torch.bfloat16,
-         backend: str = "unfused", progress=None, dispatch: bool = True):
+         backend: str = "unfused", progress=None, dispatch: bool = True, keep_codes: bool = True):
     """`dispatch=False` skips accelerate's hooks (placement only, e.g. onto
-    the meta device in tests).
+    the meta device in tests). `keep_codes` as build_block (the caller takes
+    it from moe_swap.keep_codes_for).
     -> Loaded(model with hooks, {block name: emulated block}, block specs, harness scheme, device_map)."""
     from accelerate import dispatch_model, init_empty_weights
     from accelerate.utils import set_module_tensor_to_device
@@ -163,7 +168,7 @@ def load(model_dir, devices: list[str] | None = None, device_map: dict | None = 
     for layer in range(raw["num_hidden_layers"]):
         dev = _device_of(dm, f"model.layers.{layer}")
         spec, block = build_block(files, reader, groups, arch, layer, scheme, raw["num_experts_per_tok"], dev,
-                                  backend)
+                                  backend, keep_codes=keep_codes)
         parent, _, child = spec.name.rpartition(".")
         setattr(model.get_submodule(parent), child, block)
         blocks[spec.name] = block

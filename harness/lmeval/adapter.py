@@ -14,6 +14,12 @@ calibration on the documented calibration set (calibrate.py).
 
 `set_scheme(s)` switches the loaded model between schemes without reloading,
 so a baseline and a quantized run share one set of weights and the same items.
+
+`oracle` (model arg, default true): whether "oracle:<scheme>" may be asked
+for. With backend=fused and oracle=false the emulated layers release their
+unpacked expert weight codes once the kernel weights are built (the decision
+is moe_swap.keep_codes_for), and asking for the oracle then raises
+CodesReleasedError.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from harness.emulation import parallel
 from harness.models import tiny_families, tiny_family_make, tiny_model
 from harness.lmeval.schemes import SCHEMES
 from harness.emulation.builder import builder_source, emulation_builder, needs_activation_scales
-from harness.emulation.moe_swap import ORACLE_PREFIX, Swapper
+from harness.emulation.moe_swap import ORACLE_PREFIX, Swapper, keep_codes_for
 from harness.util.offline import enter_offline, set_threads
 from harness.emulation import synthetic_loader
 from harness.moe.schemes import get_scheme
@@ -92,7 +98,7 @@ class MoEEmuLM(TemplateLM):
                  calibration_docs: int = 64, calibration_seed: int = corpus.DEFAULT_SEED,
                  device: str | None = None, dtype="auto", batch_size=32, max_length: int | None = None,
                  threads: int | None = None, parallelize=False, device_map="auto", max_memory_per_gpu=None,
-                 checkpoint: str | None = None, checkpoint_format: str | None = None,
+                 checkpoint: str | None = None, checkpoint_format: str | None = None, oracle=True,
                  **_ignored):
         super().__init__()
         from transformers import AutoTokenizer
@@ -118,6 +124,7 @@ class MoEEmuLM(TemplateLM):
         self.checkpoint_scheme = None   # set when the checkpoint itself is quantized
         self.progress = None            # a progress.Meter while a caller wants per-batch lines
         self.backend_name = backend
+        self.keep_codes = keep_codes_for(backend, _flag("oracle", oracle))
         self.model = self._load_model(_dtype(dtype), device_map, max_memory_per_gpu)
         self.batch_size = int(batch_size)
         cfg_len = getattr(self.model.config, "max_position_embeddings", 2048)
@@ -165,7 +172,7 @@ class MoEEmuLM(TemplateLM):
             devices = [f"cuda:{i}" for i in range(n)] if n else ["cpu"]
             dm = dm if isinstance(dm, dict) else None
         self._loaded = synthetic_loader.load(self.model_dir, devices=devices, device_map=dm, dtype=dt,
-                                             backend=self.backend_name)
+                                             backend=self.backend_name, keep_codes=self.keep_codes)
         self.checkpoint_scheme = self._loaded.scheme
         self._device = self._loaded.model.get_input_embeddings().weight.device
         return self._loaded.model
@@ -204,7 +211,8 @@ class MoEEmuLM(TemplateLM):
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
         if scheme not in self.swapper.built and self.checkpoint is not None and scheme != "bf16":
-            got, mods = checkpoint_blocks.build(self.swapper, self.checkpoint, self.checkpoint_format, self.backend_name)
+            got, mods = checkpoint_blocks.build(self.swapper, self.checkpoint, self.checkpoint_format, self.backend_name,
+                                                keep_codes=self.keep_codes)
             if got != scheme:
                 raise ValueError(f"{self.checkpoint}: the checkpoint is {got}, not scheme {scheme}")
             parallel.check_placement(self.model, mods)
@@ -212,7 +220,8 @@ class MoEEmuLM(TemplateLM):
             self.calibration_info = {"source": f"checkpoint {self.checkpoint} ({self.checkpoint_format})"}
         if scheme not in self.swapper.built:
             scales = self._ensure_scales(scheme) if needs_activation_scales(scheme) else None
-            self.swapper.build(scheme, self.build_fn, scales=scales, backend=self.backend_name)
+            self.swapper.build(scheme, self.build_fn, scales=scales, backend=self.backend_name,
+                               keep_codes=self.keep_codes)
             # built from each layer's own weights, so on the layer's device; proven, not moved
             parallel.check_placement(self.model, self.swapper.built[scheme])
         self.swapper.use(scheme)
@@ -221,6 +230,7 @@ class MoEEmuLM(TemplateLM):
     def describe(self) -> dict:
         return {
             "model_dir": self.model_dir, "scheme": self.scheme, "backend": self.backend_name,
+            "keep_codes": self.keep_codes,
             "device": str(self._device), "dtype": str(self.model.dtype),
             "parallel": self.parallel_info(),
             # which CPU kernels summed the float32 GEMMs (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS)

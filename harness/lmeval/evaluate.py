@@ -25,6 +25,7 @@ from harness.lmeval.schemes import SCHEMES
 from harness.lmeval.configs import config_paths, tiny_config_path, tiny_family_config_paths
 from harness.lmeval.report import items_for, write_lm_eval_report
 from harness.lmeval import adapter  # adapter.MoEEmuLM looked up per call: tests replace it
+from harness.emulation.moe_swap import keep_codes_for
 
 # Checkpoint formats a quantized model folder loads in with no float model
 # (harness/emulation/synthetic_loader.py builds its experts from the codes).
@@ -37,12 +38,17 @@ class Session:
     disable_tqdm: bool = False
     progress: object = None                          # line -> None: per-batch progress of each phase
 
-    def lm(self, model_dir: str, cfg: AccuracyConfig, scheme: str, checkpoint: str | None = None):
-        """The loaded model (loaded once per folder and settings), switched to `scheme`."""
-        key = (model_dir, cfg.dtype, cfg.device, cfg.backend, checkpoint) + (("parallelize",) if cfg.parallelize else ())
+    def lm(self, model_dir: str, cfg: AccuracyConfig, scheme: str, checkpoint: str | None = None,
+           oracle: bool = True):
+        """The loaded model (loaded once per folder and settings), switched to
+        `scheme`. `oracle`: whether the run asks for the certified oracle (the
+        kl_oracle gate); a fused model loaded without it holds no unpacked
+        codes (moe_swap.keep_codes_for), so it is a model of its own here."""
+        keep = keep_codes_for(cfg.backend, oracle)
+        key = (model_dir, cfg.dtype, cfg.device, cfg.backend, checkpoint, keep) + (("parallelize",) if cfg.parallelize else ())
         if key not in self.lms:
             calib = cfg.calibration or {}
-            kwargs = dict(pretrained=model_dir, scheme=scheme, backend=cfg.backend,
+            kwargs = dict(pretrained=model_dir, scheme=scheme, backend=cfg.backend, oracle=keep,
                           device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size)
             if cfg.parallelize:
                 kwargs["parallelize"] = True
@@ -166,7 +172,9 @@ def run_config(cfg: AccuracyConfig, *, session: Session | None = None, model: st
             return early
     specs = gate_plan.plan_gates(cfg, scheme, baseline=not quantized, record_only=record_only)
     timings = {}
-    lm = session.lm(model_dir, cfg, scheme if quantized else cfg.baseline_scheme, checkpoint)
+    # codes are kept exactly when the fused layers need them for the planned kl_oracle gate
+    lm = session.lm(model_dir, cfg, scheme if quantized else cfg.baseline_scheme, checkpoint,
+                    oracle=any(s.gate == "kl_oracle" for s in specs))
     base_out = None
     t = time.perf_counter()
     if not quantized:

@@ -2,7 +2,8 @@
 weigh on paper: in bf16, and as the harness' emulation holds them on a device
 (one uint8 code per element, one scale byte per block, fp32 global scales,
 everything outside the experts in bf16; the fused backend adds its kernel
-format, kernel_expert_bytes_per_layer)."""
+format, kernel_expert_bytes_per_layer, and a fused layer built with
+keep_codes=False holds released_expert_bytes_per_layer less)."""
 
 from __future__ import annotations
 
@@ -72,13 +73,35 @@ class Shape:
         n = self.expert_params_per_layer
         return (n // 2 if fp4 else 0) + 4 * (n // block) + (2 * 4 * self.experts if post else 0)
 
-    def emulated_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True, post: bool = False) -> int:
+    def released_expert_bytes_per_layer(self, block: int, *, fp4: bool = True) -> int:
+        """What a fused layer built with keep_codes=False no longer holds per
+        layer (harness.moe.experts): the unpacked codes (1 B/element) when they
+        are fp4 (the kernel format packs its own copy; other widths' kernel
+        format IS the code tensor, which stays) and the block scale bytes
+        (1 B/block; the kernel keeps its float32 multipliers)."""
+        n = self.expert_params_per_layer
+        return (n if fp4 else 0) + n // block
+
+    def expert_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True, post: bool = False,
+                           keep_codes: bool = True) -> int:
+        """The experts of one layer as the emulation holds them: the quant
+        config's tensors, plus the kernel format when fused, less the released
+        codes when keep_codes=False (fused only, as the layer refuses it unfused)."""
+        if not keep_codes and not fused:
+            raise ValueError("keep_codes=False needs the fused backend (the unfused backend reads the codes)")
         kernel = self.kernel_expert_bytes_per_layer(block, fp4=fp4, post=post) if fused else 0
-        return (self.emulated_expert_bytes_per_layer(block) + kernel
+        released = 0 if keep_codes else self.released_expert_bytes_per_layer(block, fp4=fp4)
+        return self.emulated_expert_bytes_per_layer(block) + kernel - released
+
+    def emulated_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True, post: bool = False,
+                             keep_codes: bool = True) -> int:
+        return (self.expert_layer_bytes(block, fused=fused, fp4=fp4, post=post, keep_codes=keep_codes)
                 + 2 * (self.attention_params_per_layer + self.router_params_per_layer))
 
-    def emulated_bytes(self, block: int, *, fused: bool = False, fp4: bool = True, post: bool = False) -> int:
-        return self.layers * self.emulated_layer_bytes(block, fused=fused, fp4=fp4, post=post) + 2 * self.outer_params
+    def emulated_bytes(self, block: int, *, fused: bool = False, fp4: bool = True, post: bool = False,
+                       keep_codes: bool = True) -> int:
+        return (self.layers * self.emulated_layer_bytes(block, fused=fused, fp4=fp4, post=post, keep_codes=keep_codes)
+                + 2 * self.outer_params)
 
     def disk_bytes(self, block: int) -> int:
         """The checkpoint on disk: packed fp4 (2 elements a byte), scale bytes, fp32 global and input scales."""
@@ -120,7 +143,7 @@ SHAPES = {s.name: s for s in (
     Shape("mixtral-8x7b", "mixtral", 32000, 4096, 32, 32, 8, 128, 14336, 8, 2, 32768, 1e6, 1e-5),
     Shape("qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 48, 32, 4, 128, 768, 128, 8, 40960, 1e6, 1e-6),
     Shape("mixtral-8x22b", "mixtral", 32768, 6144, 56, 48, 8, 128, 16384, 8, 2, 65536, 1e6, 1e-5,
-          note="more than one H200 holds, in bf16 and emulated; fits two (see --plan)"),
+          note="more than one H200 holds in bf16 and emulated with its codes (fits two); fused without codes fits one (see --plan)"),
     Shape("qwen3-235b-a22b", "qwen3_moe", 151936, 4096, 94, 64, 4, 128, 1536, 128, 8, 40960, 1e6, 1e-6,
           note="emulated, two H200s leave little room for activations; the checkpoint needs > 128 GiB of disk"),
     # CPU tests: same code path, kilobytes

@@ -4,7 +4,7 @@ Imports harness.formats and harness.kernels only."""
 from harness.moe import quantize_input
 from harness.moe.arch import FAMILIES, ROUTING_ROWS, MoEArch, make_arch
 from harness.moe.activations import ACTIVATIONS, SWIGLU_ALPHA, SWIGLU_LIMIT, get_activation, silu_and_mul, swiglu_clamp
-from harness.moe.config import MoEQuantConfig
+from harness.moe.config import CodesReleasedError, MoEQuantConfig
 from harness.moe.conversion import (
     MoEBackend,
     convert_layer_weights,

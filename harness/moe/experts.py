@@ -27,6 +27,11 @@ Contracts (each one an upstream bug class, see docs/upstream-bugs.md):
 - The scale passed is chosen by `is None`, never by tensor truthiness
   (`a or b` on tensors forces a host sync and breaks graph capture).
 - The constructor never writes into the shared quant config.
+- keep_codes=False (fused backend only): once the kernel weights are built the
+  experts hold `quant_config.without_codes()`, a new config without the
+  unpacked codes and block scales, so nothing here keeps them alive; readers
+  of the codes raise CodesReleasedError (config.py). The unfused backend
+  reads the codes on every forward: keep_codes=False there is a ValueError.
 - No host sync in apply(): fixed-shape loop over experts with masks (unfused)
   or a fixed-grid Triton kernel (fused).
 """
@@ -38,7 +43,7 @@ import torch
 
 from harness.moe import ops, quantize_input
 from harness.moe.activations import get_activation
-from harness.moe.config import MoEQuantConfig
+from harness.moe.config import MoEQuantConfig, require_codes
 from harness.kernels import fused_gemm  # Triton only needed for this backend
 from harness.kernels import fused_act  # bitwise the torch op, one pass
 from harness.moe.schemes import BF16
@@ -80,10 +85,14 @@ class ExpertsBase(torch.nn.Module):
 
     def __init__(self, quant_config: Optional[MoEQuantConfig], *, backend: str = "unfused",
                  op_backend: str = "auto", fused_precision: str = "auto", fused_mode: str = "auto",
-                 kernel_weights=None):
+                 kernel_weights=None, keep_codes: bool = True):
         super().__init__()
         if backend not in BACKENDS:
             raise ValueError(f"unknown experts backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        if not keep_codes and backend != "fused":
+            raise ValueError(f"keep_codes=False needs backend='fused': the {backend} backend dequantizes the "
+                             "expert weight codes on every forward, so it must keep them")
+        self.keep_codes = bool(keep_codes)
         self.quant_config = quant_config  # shared: read only
         self.backend = backend
         self.op_backend = op_backend
@@ -104,6 +113,9 @@ class ExpertsBase(torch.nn.Module):
         self.trace = None
         if backend == "fused" and kernel_weights is None:
             self._kernel_weights = self._make_kernel_weights()
+        if not keep_codes and quant_config is not None:
+            # the kernel weights are all the fused path reads: hold a config without the codes
+            self.quant_config = quant_config.without_codes()
 
     # -- what subclasses provide -------------------------------------------------
     @property
@@ -121,11 +133,13 @@ class ExpertsBase(torch.nn.Module):
     def dequantize_weights(self):
         """(W13 [E, 2I, H], W2 [E, H, I]) float32 for the unfused path."""
         qc = self.quant_config
+        require_codes(qc, "the unfused experts path (dequantize_weights)")
         return (ops.dequantize_expert_weights(qc.w13_q, qc.w13_gscale, backend=self.op_backend),
                 ops.dequantize_expert_weights(qc.w2_q, qc.w2_gscale, backend=self.op_backend))
 
     def _make_kernel_weights(self):
         qc = self.quant_config
+        require_codes(qc, "building the fused kernel weights")
         # Only the multipliers of the precision this layer runs (on its weights' device).
         prec = (self._precision(qc.w13_q.codes.device),)
         return (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale, precisions=prec),

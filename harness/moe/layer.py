@@ -193,13 +193,16 @@ def build_emulated_moe(scheme, w13: torch.Tensor, w2: torch.Tensor, *, top_k: in
                        shared_w2: Optional[torch.Tensor] = None, a1_gscale=None, a2_gscale=None,
                        shared_a1_gscale=None, shared_a2_gscale=None,
                        backend: str = "unfused", op_backend: str = "auto",
-                       fused_precision: str = "auto", fused_mode: str = "auto") -> FusedMoE:
+                       fused_precision: str = "auto", fused_mode: str = "auto",
+                       keep_codes: bool = True) -> FusedMoE:
     """w13 [E, 2I, H] (gate then up), w2 [E, H, I], float -> FusedMoE.
     scheme "bf16": no quantization (weights kept as given, computed in float32).
     backend "unfused" (dequantize, torch.matmul in float32) or "fused" (Triton,
     harness/kernels/fused_gemm.py: fused_precision auto|ieee|bf16, fused_mode
     auto|fused|predequant); op_backend (auto|triton|torch) routes the QDQ and
-    weight-dequant ops of the unfused path.
+    weight-dequant ops of the unfused path. keep_codes=False (fused only)
+    releases the unpacked codes once the kernel weights are built
+    (ExpertsBase; the float64 reference / oracle can then not run).
 
     Architecture (harness.moe.arch.MoEArch, built from these keywords):
     n_group / topk_group group-limited selection; e_score_correction_bias [E]
@@ -216,7 +219,8 @@ def build_emulated_moe(scheme, w13: torch.Tensor, w2: torch.Tensor, *, top_k: in
     arch = make_arch(top_k=top_k, renormalize=renormalize, scoring=scoring, activation=activation, n_group=n_group,
                      topk_group=topk_group, routed_scaling_factor=routed_scaling_factor,
                      router_weight_on_input=router_weight_on_input, num_experts=w13.shape[0], **tensors)
-    kw = dict(backend=backend, op_backend=op_backend, fused_precision=fused_precision, fused_mode=fused_mode)
+    kw = dict(backend=backend, op_backend=op_backend, fused_precision=fused_precision, fused_mode=fused_mode,
+              keep_codes=keep_codes)
     shared = None
     if s.weight_fmt is None:
         experts = UnquantizedExperts(w13.detach(), w2.detach(), w13_bias=w13_bias, w2_bias=w2_bias, **kw)

@@ -86,6 +86,7 @@ import torch
 
 import harness.formats as hf
 from harness.moe.arch import MoEArch  # the architecture ROW only (data)
+from harness.moe.config import require_codes  # the released-codes guard only (no numerics)
 from harness.moe.schemes import SCHEMES  # the scheme TABLE only (data)
 from harness.schemes import PER_TENSOR_FORMATS
 from harness.formats import minifloat
@@ -365,6 +366,8 @@ def reference_moe_trace(
     MoEQuantConfig, one expert). `topk_ids` (optional) overrides the selection
     (weights are still the reference's scores of those experts)."""
     cfg = quant_config
+    for c in (cfg, shared_config):
+        require_codes(c, "reference_moe_trace (the float64 reference MoE)")
     E = cfg.w13_q.codes.shape[0]
     if arch is None:
         if top_k is None:

@@ -279,3 +279,62 @@ def test_producer_checkpoint_blocks_built_on_their_layer_device(tmp_path):
     parallel.check_placement(model, mods)
     seen = {n: {t.device.type for _, t in parallel.iter_tensors(b)} for n, b in mods.items()}
     assert seen == {"model.layers.0.mlp": {"cpu"}, "model.layers.1.mlp": {"meta"}, "model.layers.2.mlp": {"cpu"}}
+
+
+@pytest.mark.parametrize("backend, keep_codes", [("fused", False), ("fused", True), ("unfused", True)])
+def test_loader_keeps_codes_as_asked(written, backend, keep_codes):
+    """The loader builds every block with the keep_codes it is given; a fused
+    block without codes decodes nothing more and refuses the oracle."""
+    from harness.emulation.moe_swap import OracleMoE
+    from harness.moe.config import CodesReleasedError
+
+    folder = written[("tiny-mixtral", "mxfp4")]
+    r = synthetic_loader.load(folder, devices=["cpu"], backend=backend, keep_codes=keep_codes, dispatch=False)
+    released = {n: b.emulated.quant_config.codes_released for n, b in r.blocks.items()}
+    assert released == {n: not keep_codes for n in r.blocks}
+    layer = r.blocks["model.layers.0.mlp"].emulated
+    if keep_codes:
+        OracleMoE(layer)
+    else:
+        with pytest.raises(CodesReleasedError, match="certified oracle"):
+            OracleMoE(layer)
+    if backend == "unfused":
+        with pytest.raises(ValueError, match="keep_codes=False needs backend='fused'"):
+            synthetic_loader.load(folder, devices=["cpu"], backend=backend, keep_codes=False, dispatch=False)
+
+
+@pytest.mark.cpu_only("the single-device moe-emu picks cuda:0 where a GPU is visible")
+@pytest.mark.parametrize("oracle", [False, True])
+def test_moe_emu_drops_codes_iff_no_oracle(written, oracle):
+    """moe-emu on a fused checkpoint model: oracle=false releases the codes
+    (moe_swap.keep_codes_for) and asking for the oracle is then one clear
+    error; the default (oracle may be asked) keeps them."""
+    from harness.lmeval.adapter import MoEEmuLM
+    from harness.moe.config import CodesReleasedError
+
+    folder = written[("tiny-mixtral", "mxfp4")]
+    want = synthetic.SCHEMES["mxfp4"]
+    lm = MoEEmuLM(pretrained=str(folder), scheme=want, batch_size=4, backend="fused", oracle=str(oracle).lower())
+    assert lm.keep_codes is oracle and lm.describe()["keep_codes"] is oracle
+    assert {b.emulated.quant_config.codes_released for b in lm.swapper.built[want].values()} == {not oracle}
+    if oracle:
+        lm.set_scheme("oracle:" + want)
+    else:
+        with pytest.raises(CodesReleasedError, match=r"certified oracle .*keep_codes=True"):
+            lm.set_scheme("oracle:" + want)
+
+
+@pytest.mark.parametrize("keep_codes", [False, True])
+def test_producer_checkpoint_blocks_keep_codes_as_asked(tmp_path, keep_codes):
+    """checkpoint_blocks.build passes keep_codes to every block it builds."""
+    from transformers import AutoModelForCausalLM
+
+    from harness.emulation import checkpoint_blocks
+    from harness.emulation.moe_swap import Swapper
+    from harness.models.tiny_model import bundled_dir
+
+    synthetic.write("tiny-moe", "mxfp4", tmp_path / "c", seed=0, device="cpu")
+    model = AutoModelForCausalLM.from_pretrained(bundled_dir(), dtype=torch.float32, local_files_only=True)
+    sw = Swapper.attach(model)
+    _, mods = checkpoint_blocks.build(sw, str(tmp_path / "c"), "compressed-tensors", "fused", keep_codes=keep_codes)
+    assert {b.emulated.quant_config.codes_released for b in mods.values()} == {not keep_codes}

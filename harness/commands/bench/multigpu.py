@@ -36,6 +36,7 @@ from harness.lmeval.adapter import resolve_model_dir
 from harness.schemes import NVFP4
 from harness.models.shapes import from_hf_config
 from harness.emulation import memory_model
+from harness.emulation.moe_swap import keep_codes_for
 from harness.schemes import get_scheme
 from harness.commands.convention import report_dir
 from harness.schemes import EXPERT_BACKENDS
@@ -107,8 +108,9 @@ def worker(args) -> dict:
     from lm_eval.api.instance import Instance
 
 
+    # no certified oracle here: a fused model releases its unpacked codes (moe_swap.keep_codes_for)
     kwargs = dict(pretrained=args.checkpoint, scheme=args.scheme, batch_size=args.batch_size, dtype="bfloat16",
-                  backend=args.backend)
+                  backend=args.backend, oracle=False)
     if args.mode == "model":
         kwargs.update(parallelize=True, device_map=args.device_map or "auto")
     if torch.cuda.is_available():
@@ -262,6 +264,7 @@ def paper_for(args, mode_result: dict) -> dict | None:
 
     scheme = get_scheme(synthetic_loader.checkpoint_scheme(folder)).name
     shape = from_hf_config(cfg)
+    keep = keep_codes_for(args.backend, oracle=False)  # as worker() loads the model
     batch = min(args.batch_size, max(1, args.requests // len(mode_result["ranks"])))
     r0 = mode_result["ranks"][0]
     if mode_result["mode"] == "data":
@@ -269,10 +272,10 @@ def paper_for(args, mode_result: dict) -> dict | None:
         for r in mode_result["ranks"]:
             dm = {k: r["device"] for k in r["device_map"]} or {"": r["device"]}
             out.update(memory_model.per_device(shape, scheme, dm, batch, args.ctx_len + CONT_TOKENS,
-                                               backend=args.backend))
+                                               backend=args.backend, keep_codes=keep))
         return out
     return memory_model.per_device(shape, scheme, r0["device_map"] or {"": r0["device"]}, batch,
-                                   args.ctx_len + CONT_TOKENS, backend=args.backend)
+                                   args.ctx_len + CONT_TOKENS, backend=args.backend, keep_codes=keep)
 
 
 def run(args, device_map: str | None = None, progress=None) -> dict:

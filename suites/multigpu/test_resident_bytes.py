@@ -1,0 +1,70 @@
+"""The memory model's expert term (shapes.Shape.expert_layer_bytes, which
+memory_model.per_device sums) against what a built layer holds: every tensor
+reachable from the FusedMoE (its experts, their quant config, kernel weights,
+scales copied onto the experts), each storage counted once, for layers that
+keep their unpacked codes and layers that released them (keep_codes=False)."""
+
+import pytest
+import torch
+
+import harness.moe as hm
+from harness.emulation import memory_model, synthetic_loader
+from harness.emulation.parallel import iter_tensors
+from harness.models.shapes import SHAPES
+from harness.schemes import get_scheme
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def resident_bytes(module) -> int:
+    """Bytes of the unique storages of every tensor `module` holds."""
+    held = {}
+    for _, t in iter_tensors(module):
+        st = t.untyped_storage()
+        held[st.data_ptr()] = st.nbytes()
+    return sum(held.values())
+
+
+def activation_scale_bytes(qc) -> int:
+    """The scalar activation scales (a1/a2 scale or global scale), the one thing
+    the paper figure leaves out: 4 B each, at most 16 B a layer."""
+    return sum(4 for n in ("a1_scale", "a1_gscale", "a2_scale", "a2_gscale") if getattr(qc, n) is not None)
+
+
+# (scheme, fused precision): two-level in both precisions ("bf16" keeps 1/gs; built, not run),
+# MX with MX activations, and a weight-only row whose kernel format is the code tensor itself
+CASES = [("nvfp4", "ieee"), ("nvfp4", "bf16"), ("w_mxfp4_a_mxfp4", "ieee"), ("w_mxfp8", "ieee")]
+
+
+@pytest.mark.parametrize("scheme, precision", CASES)
+@pytest.mark.parametrize("backend, keep_codes", [("unfused", True), ("fused", True), ("fused", False)])
+def test_resident_bytes_are_the_paper_figure(scheme, precision, backend, keep_codes):
+    s = SHAPES["tiny-qwen3-moe"]
+    if backend == "unfused" and precision != "ieee":
+        pytest.skip("the precision is a fused-backend setting")
+    g = torch.Generator().manual_seed(0)
+    w13 = torch.randn(s.experts, 2 * s.moe_intermediate, s.hidden, generator=g)
+    w2 = torch.randn(s.experts, s.hidden, s.moe_intermediate, generator=g)
+    moe = hm.build_emulated_moe(scheme, w13, w2, top_k=s.top_k, backend=backend, fused_precision=precision,
+                                keep_codes=keep_codes, a1_gscale=torch.tensor(1.0), a2_gscale=torch.tensor(1.0))
+    del w13, w2
+    row = get_scheme(scheme)
+    spec = row.weight_spec
+    want = s.expert_layer_bytes(spec.block_size, fused=backend == "fused", fp4=spec.is_fp4,
+                                post=row.two_level and precision == "bf16", keep_codes=keep_codes)
+    assert resident_bytes(moe) == want + activation_scale_bytes(moe.quant_config), (scheme, precision, backend)
+
+
+def test_released_term_on_paper():
+    """What keep_codes=False saves per weight: 1 B of fp4 codes plus the scale
+    byte per block; the memory model's per-device weights drop by exactly that."""
+    s = SHAPES["mixtral-8x22b"]
+    n = s.expert_params_per_layer
+    assert s.released_expert_bytes_per_layer(16) == n + n // 16
+    assert s.released_expert_bytes_per_layer(32, fp4=False) == n // 32
+    dm = synthetic_loader.device_map_for(s.hf_config(), ["cuda:0"])
+    keep = memory_model.per_device(s, "nvfp4", dm, 1, 16, backend="fused")["cuda:0"]["weights"]
+    lean = memory_model.per_device(s, "nvfp4", dm, 1, 16, backend="fused", keep_codes=False)["cuda:0"]["weights"]
+    assert keep - lean == s.layers * (n + n // 16)
+    with pytest.raises(ValueError, match="keep_codes=False needs the fused backend"):
+        memory_model.per_device(s, "nvfp4", dm, 1, 16, backend="unfused", keep_codes=False)
