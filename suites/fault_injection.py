@@ -597,7 +597,8 @@ FAULTS += [
 CB = "harness/emulation/checkpoint_blocks.py"
 FAULTS += [
     ("checkpoint blocks: shared expert not built from the checkpoint", CB,
-     'shared = _shared_experts(files, fmt, scheme, row, spec, dev, backend) if "shared_w13" in spec.options else None',
+     'shared = (_shared_experts(files, fmt, scheme, row, spec, dev, backend, keep_codes)\n'
+     '                  if "shared_w13" in spec.options else None)',
      "shared = None", [FC_GPT + "test_checkpoint_layer_equals_the_direct_build_bit_for_bit"]),
     ("checkpoint blocks: correction bias taken from the float model", CB,
      'routing["e_score_correction_bias"] = _correction_bias(files, row, spec).to(dev)', "pass",
