@@ -2,14 +2,18 @@
 the calibration text) and export_hf_checkpoint. Runs on CPU (measured with
 nvidia-modelopt 0.47.0: fake-quant calibration and export need no GPU).
 ModelOpt quantizes the fused transformers-5 experts itself
-(QuantQwen3MoeExperts) and exports them per expert. Attention is disabled
-here as in the other makers: the harness emulates the MoE experts only."""
+(QuantQwen3MoeExperts) and exports them per expert. Attention and dense
+MLPs (DeepSeek's first_k_dense_replace layers, `<layer>.mlp.gate_proj`) are
+disabled here as in the other makers: the harness emulates the MoE experts
+only. The routed experts (`mlp.experts.<e>.*`) and a shared expert
+(`mlp.shared_experts.*`) are quantized, as NVIDIA's DeepSeek-R1 NVFP4 export
+quantizes them."""
 from __future__ import annotations
 
 import copy
 from pathlib import Path
 
-DISABLED = ["*self_attn*"]
+DISABLED = ["*self_attn*", "*.mlp.gate_proj*", "*.mlp.up_proj*", "*.mlp.down_proj*"]
 
 
 def make(scheme: str, out_dir: Path, model_dir: Path, texts: list[str]) -> dict:

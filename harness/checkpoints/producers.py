@@ -69,6 +69,11 @@ PRODUCERS = {
         "llmcompressor@tiny-deepseek_v3", ("llmcompressor", "compressed-tensors", "transformers"),
         ("llmcompressor", "compressed_tensors"), "harness.checkpoints.make_llmcompressor",
         "compressed-tensors", {"mxfp4": "w_mxfp4_a_mxfp4"}, model="tiny-deepseek_v3"),
+    # the same model as NVIDIA's DeepSeek-R1-NVFP4 is made: ModelOpt NVFP4 (max calibration),
+    # routed and shared experts quantized, the dense first layer float
+    "modelopt@tiny-deepseek_v3": Producer(
+        "modelopt@tiny-deepseek_v3", ("nvidia-modelopt", "transformers"), ("modelopt.torch.quantization",),
+        "harness.checkpoints.make_modelopt", "modelopt", {"nvfp4": "nvfp4"}, model="tiny-deepseek_v3"),
 }
 
 

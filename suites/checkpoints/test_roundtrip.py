@@ -57,10 +57,15 @@ def test_made_from_its_float_model(case):
     base = source_dir(producer)
     ckpt_keys = set(CheckpointFiles(folder).keys())
     # the one float tensor a producer may replace: a shared expert's weight, which it quantizes like the
-    # routed experts' (test_family_checkpoints.py proves it read bit for bit into the layer)
+    # routed experts' (test_family_checkpoints.py proves it read bit for bit into the layer): renamed
+    # weight_packed (compressed-tensors), or kept as `weight` beside its block scales (ModelOpt)
+    def quantized(k):
+        stem = k[:-len("weight")]
+        return (k not in ckpt_keys and stem + "weight_packed" in ckpt_keys) or \
+            (k in ckpt_keys and stem + "weight_scale" in ckpt_keys)
+
     quantized_shared = [k for k in base_mismatches(folder, base)
-                        if ".shared_expert" in k and k.endswith(".weight") and k not in ckpt_keys
-                        and k[:-len("weight")] + "weight_packed" in ckpt_keys]
+                        if ".shared_expert" in k and k.endswith(".weight") and quantized(k)]
     assert base_mismatches(folder, base) == quantized_shared
     m = json.loads((folder / cache.MARKER).read_text())
     assert m["versions"] == producers.versions(producers.get(producer))
