@@ -48,7 +48,6 @@ def _check_biases(folder, fmt: str, reader, spec, qc) -> None:
 
 def build(swapper, folder: str, expect: str, backend: str = "unfused") -> tuple[str, dict]:
     files, fmt, scheme, tensors = read_tensors(folder, expect=expect)
-    reader = detect.reader(fmt)
     names = {s.name for s in swapper.specs}
     extra = sorted(set(tensors) - names)
     if extra:
@@ -59,22 +58,31 @@ def build(swapper, folder: str, expect: str, backend: str = "unfused") -> tuple[
             raise CheckpointFormatError(folder, f"{spec.name}.experts", "quantized experts for every MoE block of the model")
         # the quant config is built where the block's layer runs (model parallel: its GPU)
         dev = parallel.layer_device(swapper.model, spec.name)
-        qc = load.quant_config(fmt, _to(tensors[spec.name], dev), scheme, folder, f"{spec.name} experts")
-        _check_shapes(folder, f"{spec.name}.experts", qc, spec.num_experts, spec.hidden, spec.intermediate)
-        _check_biases(folder, fmt, reader, spec, qc)
-        row = families.FAMILIES[spec.family]
-        routing = spec.routing_options()
-        if "e_score_correction_bias" in routing:
-            routing["e_score_correction_bias"] = _correction_bias(files, row, spec).to(dev)
-        shared = _shared_experts(files, fmt, scheme, row, spec, dev, backend) if "shared_w13" in spec.options else None
-        weights = sorted(set(spec.options) - set(ROUTING_KEYS) - set(BIAS_KEYS) - set(SHARED_KEYS))
-        if weights:
-            raise CheckpointFormatError(folder, f"{spec.name}", f"a {spec.family} block without {weights[0]} "
-                                        "(checkpoint-built layers read the routed experts, their biases and the "
-                                        "shared expert only)")
-        fused = FusedMoE(make_experts(qc, backend=backend), top_k=spec.top_k, shared_experts=shared, **routing)
-        mods[spec.name] = EmulatedSparseMoeBlock(spec, fused, scheme)
+        mods[spec.name] = build_block(files, fmt, scheme, spec, tensors[spec.name], dev, backend, folder)
     return scheme, mods
+
+
+def build_block(files, fmt: str, scheme: str, spec, tensors: dict, dev, backend: str = "unfused", folder=None):
+    """One emulated block from the reader's stacked tensors of `spec`'s experts, every
+    tensor on `dev`: the routed experts, their biases, the shared expert and the router's
+    correction bias from the checkpoint; routing and activation from the spec (the model's)."""
+    folder = files.folder if folder is None else folder
+    reader = detect.reader(fmt)
+    qc = load.quant_config(fmt, _to(tensors, dev), scheme, folder, f"{spec.name} experts")
+    _check_shapes(folder, f"{spec.name}.experts", qc, spec.num_experts, spec.hidden, spec.intermediate)
+    _check_biases(folder, fmt, reader, spec, qc)
+    row = families.FAMILIES[spec.family]
+    routing = spec.routing_options()
+    if "e_score_correction_bias" in routing:
+        routing["e_score_correction_bias"] = _correction_bias(files, row, spec).to(dev)
+    shared = _shared_experts(files, fmt, scheme, row, spec, dev, backend) if "shared_w13" in spec.options else None
+    weights = sorted(set(spec.options) - set(ROUTING_KEYS) - set(BIAS_KEYS) - set(SHARED_KEYS))
+    if weights:
+        raise CheckpointFormatError(folder, f"{spec.name}", f"a {spec.family} block without {weights[0]} "
+                                    "(checkpoint-built layers read the routed experts, their biases and the "
+                                    "shared expert only)")
+    fused = FusedMoE(make_experts(qc, backend=backend), top_k=spec.top_k, shared_experts=shared, **routing)
+    return EmulatedSparseMoeBlock(spec, fused, scheme)
 
 
 SHARED_KEYS = ("shared_w13", "shared_w2")
