@@ -123,8 +123,9 @@ def build_block(files, keys, fmt: str, scheme: str, groups: dict, spec, device, 
         if attr is None:
             continue
         name = _file_key(keys, files, f"{spec.name}.{row.router}.{attr}")
-        want = tuple(getattr(spec, tensor).shape)
-        setattr(spec, tensor, cfiles.check_tensor(files, name, files.get(name), shape=want).to(device))
+        meta = getattr(spec, tensor)  # the skeleton's: its shape, and the dtype transformers keeps it in
+        t = cfiles.check_tensor(files, name, files.get(name), shape=tuple(meta.shape))
+        setattr(spec, tensor, t.to(device=device, dtype=meta.dtype))
     if spec.name not in groups:
         raise CheckpointFormatError(files.folder, f"{spec.name}.experts", "quantized experts for every MoE block")
     tensors = detect.reader(fmt).block_tensors(files, spec.name, groups[spec.name], scheme)
