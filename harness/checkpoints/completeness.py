@@ -7,7 +7,7 @@ the tensor and the config field it was counted from.
 
 Which layers are sparse reads the config's own keys (the rows below), not the
 model type: Qwen-MoE `mlp_only_layers` / `decoder_sparse_step`, DeepSeek
-`first_k_dense_replace` / `moe_layer_freq`; a config with none of them has
+`first_k_dense_replace` / `moe_layer_freq`, Llama-4 `moe_layers`; a config with none of them has
 experts in every layer (Mixtral, gpt-oss)."""
 from __future__ import annotations
 
@@ -57,6 +57,11 @@ def sparse_layers(config: dict, where) -> tuple[list[int], str]:
         freq = _int(config, where, "moe_layer_freq") if "moe_layer_freq" in config else 1
         return ([i for i in range(n) if i >= k and i % freq == 0],
                 f"num_hidden_layers {n}, first_k_dense_replace {k}, moe_layer_freq {freq}")
+    if "moe_layers" in config:  # Llama-4 text (transformers writes the list it derived)
+        moe = config["moe_layers"]
+        if not isinstance(moe, list) or not all(isinstance(i, int) and 0 <= i < n for i in moe):
+            raise CheckpointFormatError(where, "moe_layers", f"a list of layer indices below {n}, got {moe!r}")
+        return sorted(set(moe)), f"num_hidden_layers {n}, moe_layers {moe}"
     return list(range(n)), f"num_hidden_layers {n}, every layer sparse"
 
 

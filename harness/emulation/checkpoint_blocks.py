@@ -50,7 +50,6 @@ def build(swapper, folder: str, expect: str, backend: str = "unfused", keep_code
     """-> (the checkpoint's scheme, {block name: emulated block}); keep_codes
     as harness.moe.experts (the caller takes it from moe_swap.keep_codes_for)."""
     files, fmt, scheme, tensors = read_tensors(folder, expect=expect)
-    reader = detect.reader(fmt)
     names = {s.name for s in swapper.specs}
     extra = sorted(set(tensors) - names)
     if extra:
@@ -61,26 +60,38 @@ def build(swapper, folder: str, expect: str, backend: str = "unfused", keep_code
             raise CheckpointFormatError(folder, f"{spec.name}.experts", "quantized experts for every MoE block of the model")
         # the quant config is built where the block's layer runs (model parallel: its GPU)
         dev = parallel.layer_device(swapper.model, spec.name)
-        qc = load.quant_config(fmt, _to(tensors[spec.name], dev), scheme, folder, f"{spec.name} experts")
-        _check_shapes(folder, f"{spec.name}.experts", qc, spec.num_experts, spec.hidden, spec.intermediate)
-        _check_biases(folder, fmt, reader, spec, qc)
-        row = families.FAMILIES[spec.family]
-        routing = spec.routing_options()
-        if "e_score_correction_bias" in routing:
-            routing["e_score_correction_bias"] = _correction_bias(files, row, spec).to(dev)
-        shared = (_shared_experts(files, fmt, scheme, row, spec, dev, backend, keep_codes)
-                  if "shared_w13" in spec.options else None)
-        weights = sorted(set(spec.options) - set(ROUTING_KEYS) - set(BIAS_KEYS) - set(SHARED_KEYS))
-        if weights:
-            raise CheckpointFormatError(folder, f"{spec.name}", f"a {spec.family} block without {weights[0]} "
-                                        "(checkpoint-built layers read the routed experts, their biases and the "
-                                        "shared expert only)")
-        experts = make_experts(qc, backend=backend, keep_codes=keep_codes)
-        # the read tensors of this block are dropped too: with keep_codes=False the codes are then freed
-        del qc, tensors[spec.name]
-        fused = FusedMoE(experts, top_k=spec.top_k, shared_experts=shared, **routing)
-        mods[spec.name] = EmulatedSparseMoeBlock(spec, fused, scheme)
+        mods[spec.name] = build_block(files, fmt, scheme, spec, tensors[spec.name], dev, backend, folder, keep_codes)
+        # the read tensors of this block are dropped too: with keep_codes=False its codes are then freed
+        del tensors[spec.name]
     return scheme, mods
+
+
+def build_block(files, fmt: str, scheme: str, spec, tensors: dict, dev, backend: str = "unfused", folder=None,
+                keep_codes: bool = True):
+    """One emulated block from the reader's stacked tensors of `spec`'s experts, every
+    tensor on `dev`: the routed experts, their biases, the shared expert and the router's
+    correction bias from the checkpoint; routing and activation from the spec (the model's);
+    keep_codes as harness.moe.experts."""
+    folder = files.folder if folder is None else folder
+    reader = detect.reader(fmt)
+    qc = load.quant_config(fmt, _to(tensors, dev), scheme, folder, f"{spec.name} experts")
+    _check_shapes(folder, f"{spec.name}.experts", qc, spec.num_experts, spec.hidden, spec.intermediate)
+    _check_biases(folder, fmt, reader, spec, qc)
+    row = families.FAMILIES[spec.family]
+    routing = spec.routing_options()
+    if "e_score_correction_bias" in routing:
+        routing["e_score_correction_bias"] = _correction_bias(files, row, spec).to(dev)
+    shared = (_shared_experts(files, fmt, scheme, row, spec, dev, backend, keep_codes)
+              if "shared_w13" in spec.options else None)
+    weights = sorted(set(spec.options) - set(ROUTING_KEYS) - set(BIAS_KEYS) - set(SHARED_KEYS))
+    if weights:
+        raise CheckpointFormatError(folder, f"{spec.name}", f"a {spec.family} block without {weights[0]} "
+                                    "(checkpoint-built layers read the routed experts, their biases and the "
+                                    "shared expert only)")
+    experts = make_experts(qc, backend=backend, keep_codes=keep_codes)
+    del qc
+    fused = FusedMoE(experts, top_k=spec.top_k, shared_experts=shared, **routing)
+    return EmulatedSparseMoeBlock(spec, fused, scheme)
 
 
 SHARED_KEYS = ("shared_w13", "shared_w2")

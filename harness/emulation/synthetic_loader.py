@@ -1,15 +1,21 @@
-"""Load a compressed-tensors MoE checkpoint (llm-compressor's layout, which
-`checkpoint synth` writes) straight into a transformers model whose sparse-MoE
-blocks are harness.moe emulation layers, each layer on its device: no float
-model is needed and the dense experts never exist.
+"""Load a quantized MoE checkpoint (the layouts `checkpoint synth` writes:
+compressed-tensors as llm-compressor writes it, ModelOpt NVFP4, the gpt-oss
+MXFP4 layout) straight into a transformers model whose sparse-MoE blocks are
+harness.moe emulation layers, each layer on its device: no float model is
+needed and the dense experts never exist.
 
-The expert tensors are read by the compressed-tensors reader
-(read_compressed_tensors.py: format and scheme checks, stacking into the
-fused [E, ...] layout), one layer at a time, moved to the layer's device and
-turned into a quant config there by harness.moe.loaders. The model skeleton
-is built on the meta device; the other tensors (bf16: attention, norms,
-routers, embeddings) are set on their layer's device; accelerate hooks
-(`dispatch_model`) then move the activations between layers.
+The model skeleton is transformers' own, built from config.json on the meta
+device; its sparse-MoE blocks are found by the family rows
+(harness/emulation/families.py, moe_swap.find_moe_blocks), which give each
+block's routing, activation, biases and shared expert. Each block is then
+built by the checkpoint-blocks path (checkpoint_blocks.build_block), the one
+that builds a producer checkpoint's blocks beside a float model: the
+format's reader checks and stacks the block's experts (one layer at a time),
+the expert biases, the shared expert and DeepSeek's correction bias come
+from the checkpoint with its refusals; here the router weight (and bias)
+come from the checkpoint too. The other tensors (bf16: attention, norms,
+embeddings, dense first layers) are set on their layer's device; accelerate
+hooks (`dispatch_model`) then move the activations between layers.
 """
 
 from __future__ import annotations
@@ -17,17 +23,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from harness.checkpoints import files as cfiles
-from harness.checkpoints import read_compressed_tensors
-from harness.emulation.moe_swap import EmulatedSparseMoeBlock, MoEBlockSpec
-from harness.moe.experts import make_experts
-from harness.moe.layer import FusedMoE
-from harness.checkpoints.errors import CheckpointFormatError
-from harness.emulation import parallel
 from harness.checkpoints import detect
+from harness.checkpoints.errors import CheckpointFormatError
+from harness.checkpoints.load import identify
+from harness.emulation import checkpoint_blocks, families, parallel
+from harness.emulation.moe_swap import find_moe_blocks
+
+# the formats a quantized folder loads from as the model (the others pair with a float model)
+FORMATS = ("compressed-tensors", "modelopt", "gpt-oss")
+
 
 @dataclass
 class Loaded:
@@ -50,33 +57,30 @@ def read_config(model_dir) -> dict:
         raise CheckpointError(f"{path}: cannot read: {e}") from None
 
 
-def is_compressed_tensors(model_dir) -> bool:
+def quant_method(model_dir):
     path = Path(model_dir) / "config.json"
     if not path.is_file():
-        return False
-    qc = read_config(model_dir).get("quantization_config") or {}
-    return qc.get("quant_method") == "compressed-tensors"
+        return None
+    cfg = read_config(model_dir)
+    qc = cfg.get("quantization_config") if isinstance(cfg, dict) else None
+    return qc.get("quant_method") if isinstance(qc, dict) else None
+
+
+def is_compressed_tensors(model_dir) -> bool:
+    return quant_method(model_dir) == "compressed-tensors"
+
+
+def loads_as_model(model_dir) -> bool:
+    """A quantized folder in one of FORMATS (its config's quant_method): loaded by `load`."""
+    qm = quant_method(model_dir)
+    return qm is not None and any(detect.reader(f).recognises({"quantization_config": {"quant_method": qm}})
+                                  for f in FORMATS)
 
 
 def checkpoint_scheme(model_dir) -> str:
-    """The harness scheme of a compressed-tensors folder, as its reader checks it."""
-    return read_compressed_tensors.scheme(cfiles.CheckpointFiles(model_dir))
-
-
-def _arch(cfg: dict, path) -> SimpleNamespace:
-    mt = cfg.get("model_type")
-    if mt == "mixtral":
-        return SimpleNamespace(family=mt, moe="block_sparse_moe", experts=cfg["num_local_experts"],
-                               proj=("w1", "w3", "w2"), renormalize=True)
-    if mt == "qwen3_moe":
-        # transformers 5 writes num_local_experts for qwen3_moe (producer checkpoints), 4.x num_experts
-        experts = cfg.get("num_experts", cfg.get("num_local_experts"))
-        if not isinstance(experts, int):
-            raise CheckpointError(f"{path}: config.json: neither num_experts nor num_local_experts is an integer")
-        return SimpleNamespace(family=mt, moe="mlp", experts=experts,
-                               proj=("gate_proj", "up_proj", "down_proj"),
-                               renormalize=bool(cfg.get("norm_topk_prob", False)))
-    raise CheckpointError(f"{path}: model_type {mt!r}: this loader reads mixtral and qwen3_moe")
+    """The harness scheme of a quantized folder, as its reader checks it."""
+    files = cfiles.CheckpointFiles(model_dir)
+    return detect.reader(detect.detect(files.config, files.folder / "config.json")).scheme(files)
 
 
 # -- device placement --------------------------------------------------------------------
@@ -103,29 +107,37 @@ def device_map_for(cfg: dict, devices: list[str]) -> dict:
 
 
 # -- building ------------------------------------------------------------------------------
-def build_block(files, reader, groups: dict, arch, layer: int, scheme: str, top_k: int, device,
-                backend="unfused", keep_codes: bool = True):
-    """The emulated sparse-MoE block of `layer`, every tensor on `device`;
-    keep_codes=False (fused only) releases the unpacked codes once the kernel
-    weights are built (nothing here holds the quant config after that)."""
+def _file_key(keys, files, name: str) -> str:
+    """The checkpoint's name of the model tensor `name` (Mixtral files: `block_sparse_moe`
+    where the transformers 5 module is `mlp`); one line naming it when absent."""
+    for k in (name, name.replace(".mlp.", ".block_sparse_moe.")):
+        if k in keys:
+            return k
+    raise CheckpointFormatError(files.folder, name, "this tensor (the model has it), it is missing")
 
-    hub = f"model.layers.{layer}.{arch.moe}"          # the file's name (Mixtral: block_sparse_moe)
-    name = f"model.layers.{layer}.mlp"                 # the module's (and the reader's group key)
-    if name not in groups:
-        raise CheckpointFormatError(files.folder, f"{hub}.experts", "quantized experts for every decoder layer")
-    t = {k: (v.to(device) if isinstance(v, torch.Tensor) else v)
-         for k, v in reader.block_tensors(files, name, groups[name], scheme).items()}
-    try:
-        qc = reader.quant_config(t, scheme)
-    except ValueError as e:
-        raise CheckpointFormatError(files.folder, f"{hub} experts", f"tensors the loader accepts ({e})") from e
-    router = files.get(f"{hub}.gate.weight").to(device)
-    spec = MoEBlockSpec(name=name, family=arch.family, router_weight=router, top_k=top_k,
-                        options=dict(renormalize=arch.renormalize, scoring="softmax", activation="silu"))
-    experts = make_experts(qc, backend=backend, keep_codes=keep_codes)
-    del qc, t  # with keep_codes=False the experts hold the only reference left to the kernel weights' sources
-    fused = FusedMoE(experts, top_k=top_k, **spec.routing_options())
-    return spec, EmulatedSparseMoeBlock(spec, fused, scheme)
+
+def build_block(files, keys, fmt: str, scheme: str, groups: dict, spec, device, backend="unfused",
+                keep_codes: bool = True):
+    """The emulated sparse-MoE block of `spec` (found on the meta skeleton), every tensor on `device`;
+    keep_codes=False (fused only) releases the unpacked codes once the kernel weights are built
+    (nothing here holds the quant config after that)."""
+    row = families.FAMILIES[spec.family]
+    for attr, tensor in (("weight", "router_weight"), (row.router_bias, "router_bias")):
+        if attr is None:
+            continue
+        name = _file_key(keys, files, f"{spec.name}.{row.router}.{attr}")
+        meta = getattr(spec, tensor)  # the skeleton's: its shape, and the dtype transformers keeps it in
+        t = cfiles.check_tensor(files, name, files.get(name), shape=tuple(meta.shape))
+        setattr(spec, tensor, t.to(device=device, dtype=meta.dtype))
+    if spec.name not in groups:
+        raise CheckpointFormatError(files.folder, f"{spec.name}.experts", "quantized experts for every MoE block")
+    tensors = detect.reader(fmt).block_tensors(files, spec.name, groups[spec.name], scheme)
+    block = checkpoint_blocks.build_block(files, fmt, scheme, spec, tensors, device, backend, keep_codes=keep_codes)
+    del tensors  # with keep_codes=False the experts hold the only reference left to the kernel weights' sources
+    # the skeleton's meta tensors are not the layer's: the spec keeps only what the checkpoint gave
+    spec.w13 = spec.w2 = None
+    spec.options = {k: v for k, v in spec.options.items() if not (isinstance(v, torch.Tensor) and v.is_meta)}
+    return block
 
 
 def _device_of(dm: dict, name: str) -> str:
@@ -150,42 +162,35 @@ def load(model_dir, devices: list[str] | None = None, device_map: dict | None = 
 
 
     path = Path(model_dir) / "config.json"
-    files = cfiles.CheckpointFiles(model_dir)
-    fmt = detect.detect(files.config, path)
-    if fmt != "compressed-tensors":
-        raise CheckpointError(f"{path}: {fmt} checkpoint; loaded without a float model: compressed-tensors only")
-    reader = detect.reader(fmt)
-    scheme = reader.scheme(files)
-    groups = cfiles.expert_groups(files.keys())
+    files, fmt, scheme = identify(model_dir)  # format, scheme, every expert tensor named (nothing read)
+    if fmt not in FORMATS:
+        raise CheckpointError(f"{path}: {fmt} checkpoint; loaded without a float model: {', '.join(FORMATS)}")
+    keys = set(files.keys())
+    groups = detect.reader(fmt).groups(keys)
     raw = files.config
-    arch = _arch(raw, path)
     plain = {k: v for k, v in raw.items() if k not in ("quantization_config", "harness_synthetic")}
     config = AutoConfig.for_model(**plain)
     dm = dict(device_map) if device_map else device_map_for(raw, devices or ["cpu"])
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     blocks, specs = {}, []
-    for layer in range(raw["num_hidden_layers"]):
-        dev = _device_of(dm, f"model.layers.{layer}")
-        spec, block = build_block(files, reader, groups, arch, layer, scheme, raw["num_experts_per_tok"], dev,
-                                  backend, keep_codes=keep_codes)
+    for spec in find_moe_blocks(model):
+        dev = _device_of(dm, spec.name)
+        block = build_block(files, keys, fmt, scheme, groups, spec, dev, backend, keep_codes=keep_codes)
         parent, _, child = spec.name.rpartition(".")
         setattr(model.get_submodule(parent), child, block)
         blocks[spec.name] = block
         specs.append(spec)
         if progress:
-            progress(f"layer {layer}: experts on {dev}")
-    hub = {f"model.layers.{i}.mlp.": f"model.layers.{i}.{arch.moe}." for i in range(raw["num_hidden_layers"])}
+            progress(f"{spec.name}: experts on {dev}")
     dense = [n for n, _ in model.named_parameters() if not any(n.startswith(b + ".") for b in blocks)]
     # tied output embedding (tie_word_embeddings, the tiny model's producer checkpoints): the
     # checkpoint stores only the input embedding; tie_weights() points lm_head at it below
-    tied = {"lm_head.weight"} if raw.get("tie_word_embeddings") and "lm_head.weight" not in files.keys() else set()
+    tied = {"lm_head.weight"} if raw.get("tie_word_embeddings") and "lm_head.weight" not in keys else set()
     for pname in dense:
         if pname in tied:
             continue
-        src = pname
-        for k, v in hub.items():
-            src = src.replace(k, v)
+        src = _file_key(keys, files, pname)
         set_module_tensor_to_device(model, pname, _device_of(dm, pname), value=files.get(src), dtype=dtype)
     if tied:
         model.tie_weights()

@@ -150,7 +150,7 @@ class MoEEmuLM(TemplateLM):
         from transformers import AutoModelForCausalLM
 
 
-        if synthetic_loader.is_compressed_tensors(self.model_dir):
+        if synthetic_loader.loads_as_model(self.model_dir):
             return self._load_quantized(dtype, device_map)
         if not self.parallelize:
             model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=dtype, local_files_only=True)
@@ -161,7 +161,7 @@ class MoEEmuLM(TemplateLM):
         return model
 
     def _load_quantized(self, dtype, device_map):
-        """A compressed-tensors checkpoint: experts built from its quantized
+        """A quantized checkpoint (synthetic_loader.FORMATS): experts built from its quantized
         tensors, layer by layer on the layers' devices (dense experts never exist)."""
         dt = torch.bfloat16 if dtype == "auto" else dtype
         if not self.parallelize:

@@ -25,11 +25,12 @@ from harness.lmeval.schemes import SCHEMES
 from harness.lmeval.configs import config_paths, tiny_config_path, tiny_family_config_paths
 from harness.lmeval.report import items_for, write_lm_eval_report
 from harness.lmeval import adapter  # adapter.MoEEmuLM looked up per call: tests replace it
+from harness.emulation import synthetic_loader
 from harness.emulation.moe_swap import keep_codes_for
 
 # Checkpoint formats a quantized model folder loads in with no float model
-# (harness/emulation/synthetic_loader.py builds its experts from the codes).
-QUANTIZED_MODEL_FORMATS = ("compressed-tensors",)
+# (harness/emulation/synthetic_loader.py builds its experts from the codes; its FORMATS).
+QUANTIZED_MODEL_FORMATS = synthetic_loader.FORMATS
 
 @dataclass
 class Session:

@@ -142,9 +142,10 @@ class VllmRun:
 VLLM_RUNS = (
     VllmRun("Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b", "nvfp4"),
     VllmRun("Qwen3-30B-A3B-NVFP4", "qwen3-30b-a3b", "nvfp4"),
-    VllmRun("DeepSeek-R1-NVFP4", None, why="checkpoint synth writes no deepseek_v3 shape yet"),
-    VllmRun("Llama-4-Scout-NVFP4", None, why="checkpoint synth writes no llama4_text shape yet"),
-    VllmRun("gpt-oss-120b", None, why="checkpoint synth writes no gpt_oss shape yet, and aime25 has no stand-in"),
+    # DeepSeek-R1 has DeepSeek-V3's shapes; the synthetic one has 5 of its 61 layers (3 dense + 2 MoE)
+    VllmRun("DeepSeek-R1-NVFP4", "deepseek-v3-5layers", "nvfp4"),
+    VllmRun("Llama-4-Scout-NVFP4", "llama-4-scout", "nvfp4"),
+    VllmRun("gpt-oss-120b", None, why="aime25 has no stand-in (checkpoint synth writes gpt-oss-120b)"),
 )
 VLLM_LIMIT = 50  # items of the stand-in: the path at real size, not an accuracy
 

@@ -19,7 +19,8 @@ from suites.lm_eval.vllm_configs import VLLM_CONFIGS
 REPO = Path(__file__).resolve().parents[2]
 RUNS = {r.name: r for r in nightly.VLLM_RUNS}
 # The tiny shape of each family `checkpoint synth` writes (the CPU twin of a real shape).
-TINY_OF = {"mixtral": "tiny-mixtral", "qwen3_moe": "tiny-qwen3-moe"}
+TINY_OF = {"mixtral": "tiny-mixtral", "qwen3_moe": "tiny-qwen3-moe", "deepseek_v3": "tiny-deepseek-v3",
+           "llama4_text": "tiny-llama4", "gpt_oss": "tiny-gpt-oss"}
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
