@@ -50,7 +50,7 @@ PRODUCERS = {
         "harness.checkpoints.make_modelopt", "modelopt", {"nvfp4": "nvfp4"}),
     "gpt-oss": Producer(
         "gpt-oss", ("moe-harness", "transformers"), ("transformers.integrations.mxfp4",),
-        "harness.checkpoints.make_gptoss", "gpt-oss", {"mxfp4": "w_mxfp4_a_mxfp4"},
+        "harness.checkpoints.make_gptoss", "gpt-oss", {"mxfp4": "w_mxfp4"},
         note="no bf16 -> MXFP4 converter runs on CPU (transformers' Mxfp4HfQuantizer quantizes with "
              "triton_kernels on a GPU; the gpt-oss package ships no quantizer): the harness' own quantizer "
              "writes the *_blocks/*_scales layout, and transformers' convert_moe_packed_tensors reads it back"),
@@ -58,7 +58,7 @@ PRODUCERS = {
     # in the same layout, its biases written as transformers' GptOssExperts holds them
     "gpt-oss@tiny-gpt_oss": Producer(
         "gpt-oss@tiny-gpt_oss", ("moe-harness", "transformers"), ("transformers.integrations.mxfp4",),
-        "harness.checkpoints.make_gptoss", "gpt-oss", {"mxfp4": "w_mxfp4_a_mxfp4"},
+        "harness.checkpoints.make_gptoss", "gpt-oss", {"mxfp4": "w_mxfp4"},
         note="the tiny gpt_oss family model (random, seeded) in the gpt-oss MXFP4 layout with its "
              "gate_up_proj_bias / down_proj_bias, written by the harness' own quantizer (no CPU converter "
              "exists, see the gpt-oss row)", model="tiny-gpt_oss"),

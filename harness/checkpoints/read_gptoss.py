@@ -33,8 +33,14 @@ def recognises(config: dict) -> bool:
     return (config.get("quantization_config") or {}).get("quant_method") == "mxfp4"
 
 
+# What a gpt-oss checkpoint runs in production: MXFP4 weights, bf16 activations
+# (W4A16: vLLM's triton_kernels path on Hopper and MI300). Its quantization_config
+# (quant_method mxfp4) names no activation format: the activations are not quantized.
+SCHEME = "w_mxfp4"
+
+
 def scheme(files) -> str:
-    return "w_mxfp4_a_mxfp4"
+    return SCHEME
 
 
 def groups(keys) -> dict:

@@ -58,6 +58,7 @@ import harness.formats as hf
 from harness.models.shapes import GiB, Shape, get_shape
 from harness.moe.schemes import get_scheme
 from harness.models import tokenizer as tok
+from harness.checkpoints import read_gptoss
 
 # `--scheme` -> the harness scheme row written; the weight format, its block
 # size and the compressed-tensors format name ("<weight format>-pack-quantized")
@@ -247,7 +248,7 @@ def harness_scheme(shape: Shape, scheme: str) -> str:
     """The harness scheme the written checkpoint's reader reports."""
     layout = LAYOUTS.get(shape.family)
     if layout is not None and layout.fmt == "gpt-oss":
-        return "w_mxfp4_a_mxfp4"  # read_gptoss.scheme: the layout's one scheme
+        return read_gptoss.SCHEME  # the layout's one scheme (W4A16)
     if layout is not None and layout.fmt == "modelopt":
         return "nvfp4"
     return SCHEMES[scheme]

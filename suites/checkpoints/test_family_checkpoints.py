@@ -29,7 +29,7 @@ from suites.checkpoints.corrupt import copy, refused
 from suites.checkpoints.producer_checkpoints import made
 
 P, S = "gpt-oss@tiny-gpt_oss", "mxfp4"
-SCHEME = "w_mxfp4_a_mxfp4"
+SCHEME = "w_mxfp4"  # what the gpt-oss layout runs as (read_gptoss.SCHEME: W4A16)
 B0 = "model.layers.0.mlp.experts"
 
 

@@ -26,7 +26,7 @@ from harness.models.shapes import SHAPES, from_hf_config, get_shape
 CASES = [("tiny-deepseek-v3", "nvfp4", "modelopt", "nvfp4"),
          ("tiny-llama4", "nvfp4", "compressed-tensors", "nvfp4"),
          ("tiny-llama4", "mxfp4", "compressed-tensors", "w_mxfp4_a_mxfp4"),
-         ("tiny-gpt-oss", "mxfp4", "gpt-oss", "w_mxfp4_a_mxfp4")]
+         ("tiny-gpt-oss", "mxfp4", "gpt-oss", "w_mxfp4")]
 IDS = [f"{c[0]}-{c[1]}" for c in CASES]
 SEED = 5
 
