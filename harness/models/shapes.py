@@ -276,7 +276,7 @@ SHAPES = {s.name: s for s in (
                                              "low_freq_factor": 1.0, "original_max_position_embeddings": 8192,
                                              "rope_theta": 500000.0})),
     Shape("gpt-oss-120b", "gpt_oss", 201088, 2880, 36, 64, 8, 64, 2880, 128, 4, 131072, 150000.0, 1e-5,
-          note="the gpt-oss MXFP4 layout; its reader runs it as w_mxfp4_a_mxfp4 (the layout names no activations)",
+          note="the gpt-oss MXFP4 layout; its reader runs it as w_mxfp4 (W4A16, as gpt-oss runs)",
           attention_bias=True, sinks=True, expert_bias=True, router_bias=True,
           config_extra=dict(sliding_window=128, swiglu_limit=7.0, initial_context_length=4096,
                             rope_parameters={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
