@@ -13,7 +13,9 @@ Two source layouts, as transformers 5.24 writes them:
   gpt_oss `<block>.experts.gate_up_proj` [E, H, 2I] with gate and up
   INTERLEAVED along 2I (gate = columns 0, 2, 4, ...), `down_proj` [E, I, H],
   `gate_up_proj_bias` [E, 2I] in the same interleaved order,
-  `down_proj_bias` [E, H].
+  `down_proj_bias` [E, H]; llama4_text `<block>.experts.gate_up_proj`
+  [E, H, 2I] with gate then up along 2I (its forward chunks it in two),
+  `down_proj` [E, I, H], no biases.
 
 Anything else under `.experts.` is a ValueError naming the tensor: a maker
 never quantizes experts it cannot place.
@@ -42,6 +44,7 @@ class FusedLayout:
 FUSED = {
     "gpt_oss": FusedLayout("gate_up_proj", "down_proj", transposed=True, interleaved=True,
                            gate_up_bias="gate_up_proj_bias", down_bias="down_proj_bias"),
+    "llama4_text": FusedLayout("gate_up_proj", "down_proj", transposed=True, interleaved=False),
 }
 
 

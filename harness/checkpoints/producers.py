@@ -63,12 +63,17 @@ PRODUCERS = {
              "gate_up_proj_bias / down_proj_bias, written by the harness' own quantizer (no CPU converter "
              "exists, see the gpt-oss row)", model="tiny-gpt_oss"),
     # the tiny deepseek_v3 family model: shared expert quantized like the routed ones, router
-    # e_score_correction_bias kept float; llama4_text has no row: llmcompressor 0.14.0.1's Llama4
-    # linearization reads config.text_config, which Llama4TextConfig lacks (AttributeError)
+    # e_score_correction_bias kept float
     "llmcompressor@tiny-deepseek_v3": Producer(
         "llmcompressor@tiny-deepseek_v3", ("llmcompressor", "compressed-tensors", "transformers"),
         ("llmcompressor", "compressed_tensors"), "harness.checkpoints.make_llmcompressor",
         "compressed-tensors", {"mxfp4": "w_mxfp4_a_mxfp4"}, model="tiny-deepseek_v3"),
+    # the tiny llama4_text family model as RedHatAI's Llama-4-Scout NVFP4 is made: per-expert
+    # Linear names, the shared expert quantized, the router float (make_llmcompressor.py)
+    "llmcompressor@tiny-llama4_text": Producer(
+        "llmcompressor@tiny-llama4_text", ("llmcompressor", "compressed-tensors", "transformers"),
+        ("llmcompressor", "compressed_tensors"), "harness.checkpoints.make_llmcompressor",
+        "compressed-tensors", {"nvfp4": "nvfp4"}, model="tiny-llama4_text"),
     # the same model as NVIDIA's DeepSeek-R1-NVFP4 is made: ModelOpt NVFP4 (max calibration),
     # routed and shared experts quantized, the dense first layer float
     "modelopt@tiny-deepseek_v3": Producer(
