@@ -16,8 +16,10 @@ from pathlib import Path
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "suites" / "lm_eval" / "tasks"
 # Bundled stand-ins for registry tasks whose data is a hub dataset: a task of
-# the same kind and metric names, run with `eval --task-map NAME=STAND_IN`.
-STAND_INS = {"gsm8k": "tiny_add_gsm"}
+# the same kind and metric names, run with `eval --task-map NAME=STAND_IN`:
+# gsm8k (few-shot worked answers, strict / flexible extraction) and aime25
+# (zero-shot generation of a number, exact match: tiny_add_gen).
+STAND_INS = {"gsm8k": "tiny_add_gsm", "aime25": "tiny_add_gen"}
 _TASK_LINE = re.compile(r"^task:\s*[\"']?([^\s\"'#]+)", re.M)
 
 

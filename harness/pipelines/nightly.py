@@ -145,7 +145,7 @@ VLLM_RUNS = (
     # DeepSeek-R1 has DeepSeek-V3's shapes; the synthetic one has 5 of its 61 layers (3 dense + 2 MoE)
     VllmRun("DeepSeek-R1-NVFP4", "deepseek-v3-5layers", "nvfp4"),
     VllmRun("Llama-4-Scout-NVFP4", "llama-4-scout", "nvfp4"),
-    VllmRun("gpt-oss-120b", None, why="aime25 has no stand-in (checkpoint synth writes gpt-oss-120b)"),
+    VllmRun("gpt-oss-120b", "gpt-oss-120b", "mxfp4", task_map="aime25=tiny_add_gen"),
 )
 VLLM_LIMIT = 50  # items of the stand-in: the path at real size, not an accuracy
 
