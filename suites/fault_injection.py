@@ -671,6 +671,18 @@ FAULTS += [
      '    if "moe_layers" in config:', '    if False:', [SF + "test_llama4_moe_layers_are_read"]),
 ]
 
+# The memory model of families with dense first layers (DeepSeek-V3).
+FAULTS += [
+    ("memory model: DeepSeek's dense first layers weighed as MoE layers", "harness/emulation/memory_model.py",
+     "w = moe_dev.count(d) * layer_bytes + dense_dev.count(d) * dense_bytes", "w = layer_dev.count(d) * layer_bytes",
+     ["suites/multigpu/test_bench.py::test_paper_weights_add_up_over_devices"]),
+    ("placement: layers split by count, not by bytes", "harness/emulation/synthetic_loader.py",
+     "where = balanced_layers(_layer_sizes(cfg), len(devices))",
+     'where = balanced_layers([1] * cfg["num_hidden_layers"], len(devices))',
+     ["suites/multigpu/test_bench.py::test_paper_weights_add_up_over_devices"]),
+]
+
+
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its
     file, or that names a test file or test function that does not exist."""

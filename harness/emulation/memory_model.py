@@ -4,7 +4,7 @@ with torch.cuda.max_memory_allocated (the target: within 10%).
 
 Terms (bytes; B rows of T tokens, P = B*T*top_k token/expert pairs, n the
 expert weights of a layer, E experts, H hidden, I expert intermediate):
-- weights: for each decoder layer on the device, the emulated layer
+- weights: for each MoE decoder layer on the device, the emulated layer
   (shapes.Shape.emulated_layer_bytes: uint8 codes, scale bytes, global
   scales, bf16 attention and router; backend "fused" adds the kernel format:
   packed fp4 codes and one float32 multiplier per block for the precision the
@@ -99,6 +99,9 @@ def per_device(shape: Shape, scheme: str, device_map: dict, batch: int, seq: int
     layer_bytes = shape.emulated_layer_bytes(spec.block_size, fused=backend == "fused", fp4=spec.is_fp4,
                                              post=s.two_level and precision == "bf16", keep_codes=keep_codes)
     layer_dev = [_canonical(d) for d in _layer_devices(device_map, shape.layers)]
+    # the first shape.dense_layers layers have a dense bf16 MLP (DeepSeek's first_k_dense_replace), the rest MoE
+    dense_dev, moe_dev = layer_dev[:shape.dense_layers], layer_dev[shape.dense_layers:]
+    dense_bytes = 2 * shape.dense_layer_params
     first, last = (_canonical(d) for d in _first_last(device_map))
     devices = sorted(set(layer_dev) | {first, last})
     H, V = shape.hidden, shape.vocab
@@ -106,10 +109,10 @@ def per_device(shape: Shape, scheme: str, device_map: dict, batch: int, seq: int
     n_logits = batch * seq * V
     out = {}
     for d in devices:
-        w = layer_dev.count(d) * layer_bytes
+        w = moe_dev.count(d) * layer_bytes + dense_dev.count(d) * dense_bytes
         w += 2 * V * H if d == first else 0
         w += 2 * V * H + 2 * H if d == last else 0
-        m = moe if d in layer_dev else 0
+        m = moe if d in moe_dev else 0
         lg = 2 * n_logits if d in (first, last) else 0
         out[d] = {"weights": w, "moe_transient": m, "logits": lg, "peak": w + max(m, lg)}
     return out

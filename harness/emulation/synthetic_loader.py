@@ -31,6 +31,7 @@ from harness.checkpoints.errors import CheckpointFormatError
 from harness.checkpoints.load import identify
 from harness.emulation import checkpoint_blocks, families, parallel
 from harness.emulation.moe_swap import find_moe_blocks
+from harness.models.shapes import from_hf_config
 
 # the formats a quantized folder loads from as the model (the others pair with a float model)
 FORMATS = ("compressed-tensors", "modelopt", "gpt-oss")
@@ -66,10 +67,6 @@ def quant_method(model_dir):
     return qc.get("quant_method") if isinstance(qc, dict) else None
 
 
-def is_compressed_tensors(model_dir) -> bool:
-    return quant_method(model_dir) == "compressed-tensors"
-
-
 def loads_as_model(model_dir) -> bool:
     """A quantized folder in one of FORMATS (its config's quant_method): loaded by `load`."""
     qm = quant_method(model_dir)
@@ -96,10 +93,22 @@ def balanced_layers(layer_bytes: list[int], n_devices: int) -> list[int]:
     return out
 
 
+def _layer_sizes(cfg: dict) -> list[int]:
+    """Relative sizes of the decoder layers: all equal, but for dense first layers
+    (DeepSeek's first_k_dense_replace), which weigh their bf16 parameters against
+    an MoE layer's emulated bytes (harness.models.shapes)."""
+    n, k = cfg["num_hidden_layers"], cfg.get("first_k_dense_replace") or 0
+    if not k:
+        return [1] * n
+    s = from_hf_config(cfg)
+    return [2 * s.dense_layer_params] * k + [s.emulated_layer_bytes(16)] * (n - k)
+
+
 def device_map_for(cfg: dict, devices: list[str]) -> dict:
     """accelerate device_map: embedding on the first device, the final norm and
-    lm_head on the last, the decoder layers (all of one size) split evenly."""
-    where = balanced_layers([1] * cfg["num_hidden_layers"], len(devices))
+    lm_head on the last, the decoder layers split so each device holds as
+    close to an even share of their bytes as layer boundaries allow."""
+    where = balanced_layers(_layer_sizes(cfg), len(devices))
     dm = {"model.embed_tokens": devices[0], "model.rotary_emb": devices[0]}
     dm.update({f"model.layers.{i}": devices[d] for i, d in enumerate(where)})
     dm.update({"model.norm": devices[-1], "lm_head": devices[-1]})

@@ -63,7 +63,8 @@ def test_requests_are_seeded():
     assert bench_multigpu.make_requests(3, 8, 1) != bench_multigpu.make_requests(3, 8, 2)
 
 
-@pytest.mark.parametrize("name", ["mixtral-8x22b", "qwen3-235b-a22b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("name", ["mixtral-8x22b", "qwen3-235b-a22b", "qwen3-30b-a3b", "deepseek-v3-5layers",
+                                  "llama-4-scout", "gpt-oss-120b"])
 @pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4"])
 @pytest.mark.parametrize("backend", EXPERT_BACKENDS)
 def test_paper_weights_add_up_over_devices(name, scheme, backend):

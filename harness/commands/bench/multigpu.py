@@ -49,7 +49,8 @@ ALPHABET = "0123456789+="
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True,
-                        help="model folder: a compressed-tensors checkpoint (checkpoint synth) or a float one; 'tiny-moe' = bundled")
+                        help="model folder: a quantized checkpoint (checkpoint synth: compressed-tensors, ModelOpt or the gpt-oss "
+                             "layout) or a float one; 'tiny-moe' = bundled")
     parser.add_argument("--scheme", default=None, help="default: the checkpoint's own scheme, else nvfp4")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--gpus", type=int, default=2, help="GPUs for the model- and data-parallel modes")
@@ -210,7 +211,7 @@ def default_scheme(checkpoint: str) -> str:
 
     folder = resolve_model_dir(checkpoint)
 
-    return synthetic_loader.checkpoint_scheme(folder) if synthetic_loader.is_compressed_tensors(folder) else NVFP4.name
+    return synthetic_loader.checkpoint_scheme(folder) if synthetic_loader.loads_as_model(folder) else NVFP4.name
 
 
 def worker_command(mode: str, args, out: str, gpus: int, on_gpu: bool, device_map: str | None = None) -> list[str]:
@@ -254,11 +255,12 @@ def summarize(mode_result: dict, paper: dict | None) -> dict:
 
 
 def paper_for(args, mode_result: dict) -> dict | None:
-    """Memory on paper for compressed-tensors checkpoints (the emulation's own
-    layout); None for float checkpoints, which keep their float experts too."""
+    """Memory on paper for quantized checkpoints (synthetic_loader.FORMATS: the
+    emulation's own layout); None for float checkpoints, which keep their float
+    experts too."""
 
     folder = resolve_model_dir(args.checkpoint)
-    if not synthetic_loader.is_compressed_tensors(folder):
+    if not synthetic_loader.loads_as_model(folder):
         return None
     cfg = synthetic_loader.read_config(folder)
 
