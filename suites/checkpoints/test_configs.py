@@ -78,7 +78,7 @@ def test_a_family_models_config_is_its_tiny_family_config_with_the_checkpoint(pr
 def test_a_checkpoint_config_names_the_model_its_producer_quantized():
     data = {"model_name": "tiny-moe", "tasks": [{"name": "tiny_add_rolling",
                                                   "metrics": [{"name": "bits_per_byte", "value": None}]}],
-            "harness": {"scheme": "w_mxfp4_a_mxfp4", "checkpoint": {
+            "harness": {"scheme": "w_mxfp4", "checkpoint": {
                 "format": "gpt-oss", "producer": "gpt-oss@tiny-gpt_oss", "producer_scheme": "mxfp4"}}}
     with pytest.raises(C.ConfigError) as e:
         C.parse(data, "cfg.yaml")
