@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from safetensors import safe_open
 
 import harness.formats as hf
 from harness.checkpoints import synthetic
@@ -14,6 +13,7 @@ from harness.emulation import synthetic_loader
 from harness.commands.checkpoint_synth import plan
 from harness.models.shapes import SHAPES, get_shape
 from harness.emulation import parallel
+from suites.multigpu.synthetic_files import all_tensors
 
 CASES = [("tiny-qwen3-moe", "nvfp4"), ("tiny-mixtral", "mxfp4")]
 
@@ -28,13 +28,6 @@ def written(tmp_path_factory):
     return out
 
 
-def _tensors(folder):
-    idx = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
-    out = {}
-    for f in sorted(set(idx.values())):
-        with safe_open(str(folder / f), framework="pt") as fh:
-            out.update({k: fh.get_tensor(k) for k in fh.keys()})
-    return out
 
 
 def test_real_shape_parameter_counts():
@@ -53,7 +46,7 @@ def test_layout_sharded_and_sized(written, shape, scheme):
     idx = json.loads((folder / "model.safetensors.index.json").read_text())
     files = sorted(set(idx["weight_map"].values()))
     assert len(files) > 1 and all(f.endswith(f"-of-{len(files):05d}.safetensors") for f in files)
-    t = _tensors(folder)
+    t = all_tensors(folder)
     s = get_shape(shape)
     block = synthetic.block_size(scheme)
     assert idx["metadata"]["total_size"] == sum(v.numel() * v.element_size() for v in t.values()) == s.disk_bytes(block)
@@ -91,7 +84,7 @@ def test_compressed_tensors_reads_it(written, shape, scheme):
     qcfg = ct.QuantizationConfig.model_validate(cfg)
     group = qcfg.config_groups["group_0"]
     s = get_shape(shape)
-    t = _tensors(folder)
+    t = all_tensors(folder)
     gate, _, _ = synthetic.expert_projections(s)
     base = f"{synthetic.moe_prefix(s, 0)}.experts.1.{gate}."
     sd = {k: t[base + k] for k in ("weight_packed", "weight_scale", "weight_global_scale") if base + k in t}
@@ -128,7 +121,7 @@ def test_seeded_and_order_independent(tmp_path):
     synthetic.write("tiny-mixtral", "mxfp4", a, seed=1, device="cpu")
     synthetic.write("tiny-mixtral", "mxfp4", b, seed=1, device="cpu", shard_bytes=30_000)
     synthetic.write("tiny-mixtral", "mxfp4", c, seed=2, device="cpu")
-    ta, tb, tc = _tensors(a), _tensors(b), _tensors(c)
+    ta, tb, tc = all_tensors(a), all_tensors(b), all_tensors(c)
     assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
     k = "model.layers.1.block_sparse_moe.experts.2.w2.weight_packed"
     assert not torch.equal(ta[k], tc[k])
@@ -151,7 +144,7 @@ def test_loaded_experts_are_the_written_ones(written, shape, scheme):
     r = synthetic_loader.load(folder, devices=["cpu"])
     assert r.scheme == synthetic.SCHEMES[scheme]
     s = get_shape(shape)
-    t = _tensors(folder)
+    t = all_tensors(folder)
     gate, up, down = synthetic.expert_projections(s)
     qc = r.blocks["model.layers.1.mlp"].emulated.quant_config
     base = f"{synthetic.moe_prefix(s, 1)}.experts.2."
@@ -192,12 +185,12 @@ def test_loader_reads_a_tied_transformers5_qwen3_moe_folder(written, tmp_path):
     (folder / "config.json").write_text(json.dumps(cfg))
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     shard = folder / index["weight_map"].pop("lm_head.weight")
-    tensors = {k: v for k, v in _tensors(folder).items() if k != "lm_head.weight" and index["weight_map"].get(k) == shard.name}
+    tensors = {k: v for k, v in all_tensors(folder).items() if k != "lm_head.weight" and index["weight_map"].get(k) == shard.name}
     save_file(tensors, str(shard))
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     r = synthetic_loader.load(folder, devices=["cpu"])
     assert r.model.lm_head.weight is r.model.model.embed_tokens.weight
-    assert torch.equal(r.model.lm_head.weight, _tensors(folder)["model.embed_tokens.weight"].to(r.model.lm_head.weight.dtype))
+    assert torch.equal(r.model.lm_head.weight, all_tensors(folder)["model.embed_tokens.weight"].to(r.model.lm_head.weight.dtype))
 
 
 def test_balanced_layers():

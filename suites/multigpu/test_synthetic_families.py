@@ -22,6 +22,7 @@ from harness.checkpoints.load import identify
 from harness.emulation import checkpoint_blocks, parallel, synthetic_loader
 from harness.emulation.moe_swap import Swapper
 from harness.models.shapes import SHAPES, from_hf_config, get_shape
+from suites.multigpu.synthetic_files import all_tensors
 
 CASES = [("tiny-deepseek-v3", "nvfp4", "modelopt", "nvfp4"),
          ("tiny-llama4", "nvfp4", "compressed-tensors", "nvfp4"),
@@ -41,13 +42,6 @@ def written(tmp_path_factory):
     return out
 
 
-def _tensors(folder):
-    idx = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
-    out = {}
-    for f in sorted(set(idx.values())):
-        with safe_open(str(folder / f), framework="pt") as fh:
-            out.update({k: fh.get_tensor(k) for k in fh.keys()})
-    return out
 
 
 def _meta_params(cfg: dict) -> dict:
@@ -81,7 +75,7 @@ def test_written_in_the_producer_layout_and_read_back(written, shape, scheme, fm
     s = get_shape(shape)
     files, got_fmt, got_scheme = identify(folder)
     assert (got_fmt, got_scheme) == (fmt, hscheme)
-    t = _tensors(folder)
+    t = all_tensors(folder)
     idx = json.loads((folder / "model.safetensors.index.json").read_text())
     assert idx["metadata"]["total_size"] == sum(v.numel() * v.element_size() for v in t.values())
     assert idx["metadata"]["total_size"] == s.disk_bytes(synthetic.block_size(scheme))
@@ -162,7 +156,7 @@ def _float_model_from(folder):
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg), dtype=torch.bfloat16)
     sd = model.state_dict()
     # (ModelOpt's packed expert `weight` is uint8 under a float model's name: not a float tensor)
-    model.load_state_dict({k: v for k, v in _tensors(folder).items() if k in sd and v.dtype.is_floating_point},
+    model.load_state_dict({k: v for k, v in all_tensors(folder).items() if k in sd and v.dtype.is_floating_point},
                           strict=False)
     return model.eval()
 
