@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.util import devices
-from harness.util import safe_yaml
+from harness.util import offline, safe_yaml
 
 from harness.checkpoints import detect, producers
 from harness.lmeval import task_data, task_names
@@ -603,13 +603,7 @@ class ModelNotPresent(RuntimeError):
 def hub_cache_dir() -> Path:
     """The user's Hugging Face hub cache (as huggingface_hub finds it), not
     the private cache harness.util.offline switches a run to."""
-    saved = os.environ.get("HARNESS_USER_HF_HUB_CACHE")
-    if saved:
-        return Path(saved)
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
+    return offline.user_hf_cache("hub")
 
 
 def hub_snapshot(repo_id: str, kind: str = "models") -> Path | None:

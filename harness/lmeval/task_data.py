@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from harness.lmeval import task_names
+from harness.util import offline
 
 BUILDERS = ("json", "csv", "parquet", "text", "arrow")   # datasets' packaged builders: data_files say where
 _TASK = re.compile(r"^task:\s*[\"']?([^\s\"'#\[]+)", re.M)
@@ -133,13 +134,7 @@ def leaf_tasks(name: str, include_paths=(), depth: int = 0) -> list[tuple[str, d
 
 def datasets_cache_dir() -> Path:
     """The user's datasets cache (as `datasets` finds it), not the run's private one."""
-    saved = os.environ.get("HARNESS_USER_HF_DATASETS_CACHE")
-    if saved:
-        return Path(saved)
-    if os.environ.get("HF_DATASETS_CACHE"):
-        return Path(os.environ["HF_DATASETS_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "datasets"
+    return offline.user_hf_cache("datasets")
 
 
 def _local_files(files, base: Path) -> list[Path]:

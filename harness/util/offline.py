@@ -39,6 +39,16 @@ def _user_cache(var: str, sub: str) -> str:
     return str(Path(home).expanduser() / sub)
 
 
+def user_hf_cache(kind: str) -> Path:
+    """The user's Hugging Face "hub" or "datasets" cache, not the private one a
+    run switches to: as enter_offline remembered it, else where huggingface_hub /
+    datasets would look."""
+    saved = os.environ.get(f"HARNESS_USER_HF_{kind.upper()}_CACHE")
+    if saved:
+        return Path(saved)
+    return Path(_user_cache(f"HF_{kind.upper()}_CACHE", kind))
+
+
 def enter_offline(cache_root=None) -> Path:
     """Offline, with HF caches in a private folder. The user's own hub and
     datasets caches are remembered (HARNESS_USER_HF_HUB_CACHE,
