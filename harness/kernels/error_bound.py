@@ -42,8 +42,16 @@ fused_gemm_src.py) and its error bound (what the suites test):
        tensor-core products are the exact products and accumulation is fp32;
      * 2^-7 for "bf16" with nvfp4 (operands rescaled to the exact bf16 values
        e2m1*s, x*gs_a likewise, 1/(gs_w*gs_a) applied after the dot: a few u
-       per product, bounded loosely) and for any lossy bf16 use (weight-only,
-       fp8 or unquantized activations forced to "bf16"; "auto" never does).
+       per product, bounded loosely) and for any lossy bf16 use. "auto" picks
+       one on a GPU: the weight-only rows (W4A16, W8A16), whose float32 GEMM
+       input is rounded to bf16 in the kernel (round to nearest even, 8
+       significant bits: relative error <= 2^-8) against MX weights exact in
+       bf16, so each product is off by <= 2^-8 relative before the float32
+       accumulation -- what triton_kernels and vLLM's W4A16 paths compute,
+       whose intermediate between the GEMMs is stored as bf16. fp8 per-tensor
+       and unquantized activations forced to "bf16" are bounded the same way;
+       "auto" keeps them "ieee". Like gamma_K, the relative term assumes no
+       underflow (operands above 2^-126).
    `gemm_error_bound` computes the right-hand side per element.
 
 3. End to end, fused and unfused share routing, the same

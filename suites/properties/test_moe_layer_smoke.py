@@ -316,6 +316,22 @@ def test_bf16_precision_is_refused_on_the_interpreter():
     assert resolve_precision("auto", hm.get_scheme("w_mxfp4_a_mxfp4"), "cpu") == "ieee"
 
 
+# What "auto" runs on a GPU, by scheme row: bf16 operands where they are exact
+# (MX x MX, nvfp4 rescaled) or 16-bit by definition (weight-only W4A16/W8A16,
+# as the production kernels run them); float32 for fp8 per-tensor activations
+# and unquantized weights. Every row is named, so a new row needs a decision here.
+_AUTO_ON_GPU = {"nvfp4": "bf16", "w_mxfp4_a_mxfp4": "bf16", "w_mxfp4_a_mxfp6_e3m2": "bf16",
+                "w_mxfp4_a_mxfp6_e2m3": "bf16", "w_mxfp4_a_fp8": "ieee", "w_mxfp6_e3m2_a_mxfp6_e3m2": "bf16",
+                "w_mxfp6_e2m3_a_mxfp6_e2m3": "bf16", "w_mxfp8": "bf16", "w_mxfp4": "bf16", "bf16": "ieee"}
+
+
+def test_auto_precision_on_a_gpu_by_scheme_row():
+    assert set(_AUTO_ON_GPU) == set(hm.SCHEME_NAMES) | {"bf16"}
+    for name, want in _AUTO_ON_GPU.items():
+        assert resolve_precision("auto", hm.get_scheme(name), "cuda") == want, name
+        assert resolve_precision("auto", hm.get_scheme(name), "cpu") == "ieee", name
+
+
 @pytest.mark.gpu
 def test_nvfp4_bf16_post_factor_in_kernel_gpu(gpu_device):
     _nvfp4_bf16_post_factor(gpu_device)
