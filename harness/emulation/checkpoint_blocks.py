@@ -22,6 +22,8 @@ from harness.emulation.moe_swap import ROUTING_KEYS, EmulatedSparseMoeBlock
 from harness.checkpoints import detect, load
 from harness.checkpoints.errors import CheckpointFormatError
 from harness.checkpoints.load import read_tensors
+from harness.kernels.fused_weights import FusedWeights
+from harness.kernels.precision import resolve_precision
 from harness.moe.experts import make_experts
 from harness.moe.layer import FusedMoE
 from harness.emulation import families, parallel
@@ -74,7 +76,7 @@ def build_block(files, fmt: str, scheme: str, spec, tensors: dict, dev, backend:
     keep_codes as harness.moe.experts."""
     folder = files.folder if folder is None else folder
     reader = detect.reader(fmt)
-    qc = load.quant_config(fmt, _to(tensors, dev), scheme, folder, f"{spec.name} experts")
+    qc = load.quant_config(fmt, _where(tensors, dev, backend, keep_codes), scheme, folder, f"{spec.name} experts")
     _check_shapes(folder, f"{spec.name}.experts", qc, spec.num_experts, spec.hidden, spec.intermediate)
     _check_biases(folder, fmt, reader, spec, qc)
     row = families.FAMILIES[spec.family]
@@ -88,7 +90,7 @@ def build_block(files, fmt: str, scheme: str, spec, tensors: dict, dev, backend:
         raise CheckpointFormatError(folder, f"{spec.name}", f"a {spec.family} block without {weights[0]} "
                                     "(checkpoint-built layers read the routed experts, their biases and the "
                                     "shared expert only)")
-    experts = make_experts(qc, backend=backend, keep_codes=keep_codes)
+    experts = _experts(qc, dev, backend, keep_codes)
     del qc
     fused = FusedMoE(experts, top_k=spec.top_k, shared_experts=shared, **routing)
     return EmulatedSparseMoeBlock(spec, fused, scheme)
@@ -99,6 +101,26 @@ SHARED_KEYS = ("shared_w13", "shared_w2")
 
 def _to(tensors: dict, dev) -> dict:
     return {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in tensors.items()}
+
+
+def _where(tensors: dict, dev, backend: str, keep_codes: bool) -> dict:
+    """Where the reader's quant config is built: on `dev`, or on the host when
+    the layer keeps no codes (fused, keep_codes=False; `_experts`)."""
+    return tensors if backend == "fused" and not keep_codes else _to(tensors, dev)
+
+
+def _experts(qc, dev, backend: str, keep_codes: bool):
+    """make_experts on `dev`. Without the codes (fused, keep_codes=False) the codes
+    stay on the host, where the reader unpacked them, and the kernel weights are
+    built on `dev` a few experts at a time: a layer's unpacked codes (1 byte a
+    weight) never reach the device, whose peak while loading is then the layers'
+    kernel format plus one chunk (the memory model's figure), not plus a layer's codes."""
+    if backend != "fused" or keep_codes:
+        return make_experts(qc, backend=backend, keep_codes=keep_codes)
+    prec = (resolve_precision("auto", qc.scheme, dev),)  # what the experts run (fused_precision "auto")
+    kernel = tuple(FusedWeights.from_quantized_by_experts(q, gs, dev, precisions=prec)
+                   for q, gs in ((qc.w13_q, qc.w13_gscale), (qc.w2_q, qc.w2_gscale)))
+    return make_experts(qc.without_codes(dev), backend=backend, keep_codes=False, kernel_weights=kernel)
 
 
 def _correction_bias(files, row, spec):
@@ -121,9 +143,9 @@ def _shared_experts(files, fmt, scheme, row, spec, dev, backend, keep_codes=True
         raise CheckpointFormatError(files.folder, f"{prefix}.{row.shared_names[0]}",
                                     f"the {spec.family} block's shared expert ([2S, H] = {list(w13.shape)}, "
                                     f"[H, S] = {list(w2.shape)}), quantized in {scheme}: no tensor under {prefix}")
-    qc = load.quant_config(fmt, _to(t, dev), scheme, files.folder, f"{prefix} (shared expert)")
+    qc = load.quant_config(fmt, _where(t, dev, backend, keep_codes), scheme, files.folder, f"{prefix} (shared expert)")
     _check_shapes(files.folder, f"{prefix} (shared expert)", qc, 1, w13.shape[1], w2.shape[1])
-    return make_experts(qc, backend=backend, keep_codes=keep_codes)
+    return _experts(qc, dev, backend, keep_codes)
 
 
 def _check_shapes(folder, what: str, qc, E: int, H: int, I: int) -> None:

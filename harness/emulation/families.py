@@ -26,8 +26,9 @@ Layout facts the rows encode (E experts, H hidden, I expert intermediate):
   expert's INPUT (top_k is 1), no renormalization. gpt-oss: softmax over the
   top-k logits only.
 - Activations: `config.hidden_act` (silu: silu(gate) * up) except gpt-oss,
-  whose experts ignore it: clamped SwiGLU with `config.swiglu_alpha` 1.702
-  and `config.swiglu_limit` 7.
+  whose experts ignore it: clamped SwiGLU with alpha 1.702 and limit 7, read
+  from the experts module (`alpha`, `limit`: what its forward uses) or, where
+  it has none, from `config.swiglu_alpha` / `config.swiglu_limit`.
 - Shared experts: DeepSeek `shared_experts` and Llama4 `shared_expert` are
   dense gate_proj / up_proj / down_proj MLPs on the block input, added to the
   routed sum; they go into the emulation layer (shared_w13 gate-then-up,
@@ -75,7 +76,10 @@ class Family:
     routed_scaling_factor: FromConfig | None = None
     weight_on_input: bool = False     # routing weight multiplies the expert input (top_k 1)
     activation: str | None = None     # None: config.hidden_act through HIDDEN_ACTS
-    activation_params: tuple = ()     # (config attribute, harness.moe constant name) the activation fixes
+    # (experts attribute, config attribute, harness.moe constant name) the activation fixes: the
+    # experts module's value is what its forward computes (transformers 4.x keeps gpt-oss' alpha
+    # there alone); the config's is read where the module has none
+    activation_params: tuple = ()
     shared: str | None = None         # block attribute: dense MLP on the block input
     shared_gate: str | None = None    # block attribute: sigmoid gate of the shared MLP (kept as a module)
     shared_names: tuple = ("gate_proj", "up_proj", "down_proj")
@@ -106,7 +110,7 @@ FAMILIES = {f.model_type: f for f in (
     Family("gpt_oss", "GptOssMLP", router="router", scoring="softmax_topk", renormalize=False,
            transposed=True, interleaved=True, gate_up_bias="gate_up_proj_bias", down_bias="down_proj_bias",
            router_bias="bias", activation="swiglu_clamp",
-           activation_params=(("swiglu_alpha", "SWIGLU_ALPHA"), ("swiglu_limit", "SWIGLU_LIMIT")),
+           activation_params=(("alpha", "swiglu_alpha", "SWIGLU_ALPHA"), ("limit", "swiglu_limit", "SWIGLU_LIMIT")),
            returns_router=True),
 )}
 

@@ -125,7 +125,7 @@ def _expert_tensors(row: families.Family, block: nn.Module, name: str):
     return w13.contiguous(), w2.contiguous(), b13, b2
 
 
-def _activation(row: families.Family, config, name: str) -> str:
+def _activation(row: families.Family, config, name: str, block: nn.Module) -> str:
     cfg = families.text_config(config)
     if row.activation is None:
         act = getattr(cfg, "hidden_act", "silu")
@@ -133,12 +133,17 @@ def _activation(row: families.Family, config, name: str) -> str:
             raise TypeError(f"{name}: hidden_act {act!r} is not supported by the emulation layer "
                             f"(known: {', '.join(families.HIDDEN_ACTS)})")
         return families.HIDDEN_ACTS[act]
-    for attr, const in row.activation_params:
+    experts = getattr(block, row.experts, None)
+    for mod_attr, cfg_attr, const in row.activation_params:
         want = getattr(activations, const)
-        got = getattr(cfg, attr, None)
-        if got is None or float(got) != float(want):
-            raise TypeError(f"{name}: config.{attr} = {got!r}; the emulation layer's {row.activation} "
-                            f"uses {want}")
+        got, where = getattr(experts, mod_attr, None), f"{name}.{row.experts}.{mod_attr}"
+        if got is None:
+            got, where = getattr(cfg, cfg_attr, None), f"config.{cfg_attr}"
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if not isinstance(got, (int, float)) or float(got) != float(want):
+            raise TypeError(f"{name}: {where} = {got!r}; the emulation layer's {row.activation} uses {want} "
+                            f"(read from {name}.{row.experts}.{mod_attr}, else config.{cfg_attr})")
     return row.activation
 
 
@@ -152,7 +157,7 @@ def _block_spec(name: str, block: nn.Module, row: families.Family, config) -> Mo
     rname = f"{name}.{row.router}"
     w13, w2, b13, b2 = _expert_tensors(row, block, name)
     opts = dict(renormalize=bool(families.resolve(row.renormalize, config, rname)), scoring=row.scoring,
-                activation=_activation(row, config, name))
+                activation=_activation(row, config, name, block))
     if row.correction_bias:
         opts["e_score_correction_bias"] = _attr(router, row.correction_bias, rname).detach()
     if row.n_group is not None:

@@ -155,8 +155,17 @@ class MoEQuantConfig:
     def codes_released(self) -> bool:
         return isinstance(self.w13_q, ReleasedCodes)
 
-    def without_codes(self) -> "MoEQuantConfig":
+    def without_codes(self, device=None) -> "MoEQuantConfig":
         """A NEW config with w13_q / w2_q replaced by ReleasedCodes stand-ins
-        (everything else shared); this one is not written."""
-        return dataclasses.replace(self, w13_q=ReleasedCodes.of("w13_q", self.w13_q),
-                                   w2_q=ReleasedCodes.of("w2_q", self.w2_q))
+        (everything else shared); this one is not written. `device`: the new
+        config's scales and biases are copied there and its stand-ins say so
+        (codes unpacked on the host for kernel weights built on a GPU)."""
+        out = dataclasses.replace(self, w13_q=ReleasedCodes.of("w13_q", self.w13_q),
+                                  w2_q=ReleasedCodes.of("w2_q", self.w2_q))
+        if device is None:
+            return out
+        dev = torch.device(device)
+        moved = {f.name: getattr(out, f.name).to(dev) for f in dataclasses.fields(out)
+                 if isinstance(getattr(out, f.name), torch.Tensor)}
+        moved.update({n: dataclasses.replace(getattr(out, n), device=dev) for n in ("w13_q", "w2_q")})
+        return dataclasses.replace(out, **moved)

@@ -5,10 +5,12 @@ and every swapped block equals the transformers block it replaces
 Qwen3-MoE models and the tiny DeepSeek-V3, Llama4 text and gpt-oss models of
 harness/models/tiny_families.py (the layouts of the installed transformers)."""
 
+import types
+
 import pytest
 import torch
 
-from harness.emulation import families
+from harness.emulation import families, moe_swap
 from harness.emulation.moe_swap import Swapper, find_moe_blocks
 from harness.models import tiny_family_make, tiny_families
 from harness.moe import build_emulated_moe
@@ -161,8 +163,31 @@ def test_unknown_model_type_is_refused_naming_the_known_ones():
         find_moe_blocks(model)
 
 
+def _gpt_oss_experts(model):
+    return [m for n, m in model.named_modules() if n.endswith("mlp.experts")]
+
+
 def test_gpt_oss_swiglu_constants_are_checked():
+    """The experts module's alpha / limit are what its forward computes: a value
+    other than the layer's is refused naming where it was read."""
     model = MODELS["gpt_oss"][0]()
-    model.config.swiglu_limit = 8.0
-    with pytest.raises(TypeError, match="swiglu_limit = 8.0"):
+    _gpt_oss_experts(model)[-1].limit = 8.0
+    with pytest.raises(TypeError, match=r"mlp\.experts\.limit = 8\.0"):
         find_moe_blocks(model)
+
+
+def test_gpt_oss_swiglu_constants_fall_back_to_the_config():
+    """A transformers whose experts keep no alpha (or whose config has no
+    swiglu_alpha, as 4.x) is read from the other; neither is a refusal."""
+    model = MODELS["gpt_oss"][0]()
+    for ex in _gpt_oss_experts(model):
+        del ex.alpha
+    assert find_moe_blocks(model)  # config.swiglu_alpha 1.702 answers
+    model.config.swiglu_alpha = 2.0
+    with pytest.raises(TypeError, match=r"config\.swiglu_alpha = 2\.0"):
+        find_moe_blocks(model)
+    # neither: a config without the attribute (transformers 4.x), experts without alpha
+    block = next(m for n, m in model.named_modules() if n.endswith(".mlp"))
+    bare = types.SimpleNamespace(swiglu_limit=7.0)
+    with pytest.raises(TypeError, match=r"config\.swiglu_alpha = None"):
+        moe_swap._activation(families.FAMILIES["gpt_oss"], bare, "model.layers.0.mlp", block)

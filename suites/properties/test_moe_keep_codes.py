@@ -12,6 +12,7 @@ import weakref
 import pytest
 import torch
 
+import harness.formats as hf
 import harness.moe as hm
 from harness.emulation.moe_swap import OracleMoE, keep_codes_for
 from harness.kernels.fused_weights import FusedWeights
@@ -133,3 +134,74 @@ def test_swapper_passes_keep_codes_false_to_the_builder(problem):
                  or hm.build_emulated_moe(*a, **kw), backend="fused", keep_codes=keep)
         assert sw.built["w_mxfp4"]["m"].emulated.quant_config.codes_released is not keep
     assert seen == ["absent", False]
+
+
+def _fields(fw):
+    return {n: getattr(fw, n) for n in ("data", "mult", "mult_bf16", "post_bf16")}
+
+
+@pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8"])
+@pytest.mark.parametrize("chunk_experts", [1, 3, E])
+def test_kernel_weights_built_by_experts_are_bitwise_the_whole_build(scheme, chunk_experts):
+    """The loader's lean path (codes on the host, kernel weights built on the
+    device a few experts at a time) holds exactly the tensors of the one-shot
+    build: every field bitwise, in every chunking (1 expert, a chunk that does
+    not divide E, all at once), both precisions, MX multipliers still one tensor."""
+    g = torch.Generator().manual_seed(5)
+    q, gs = hm.quantize_expert_weights(torch.randn(E, 2 * I, H, generator=g) * 0.1, scheme)
+    per_expert = 2 * I * H
+    for prec in (("ieee",), ("bf16",), ("ieee", "bf16")):
+        whole = FusedWeights.from_quantized(q, gs, precisions=prec)
+        parts = FusedWeights.from_quantized_by_experts(q, gs, "cpu", precisions=prec,
+                                                       chunk_bytes=chunk_experts * per_expert)
+        assert (parts.kind, parts.fmt, parts.E, parts.N, parts.K) == (whole.kind, whole.fmt, whole.E, whole.N, whole.K)
+        for name, want in _fields(whole).items():
+            got = getattr(parts, name)
+            assert (got is None) == (want is None), (scheme, prec, name)
+            if want is not None:  # the bytes of every element, whatever the dtype
+                assert (got.dtype, got.shape) == (want.dtype, want.shape), (scheme, prec, name)
+                assert torch.equal(got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)), \
+                    (scheme, prec, name)
+        assert (parts.mult_bf16 is parts.mult) == (whole.mult_bf16 is whole.mult), (scheme, prec)
+
+
+def test_lean_config_moves_its_scales_and_says_where():
+    """without_codes(device): the new config's stand-ins report the device the
+    layer runs on and every tensor left in it lives there."""
+    g = torch.Generator().manual_seed(6)
+    w13, w2 = torch.randn(E, 2 * I, H, generator=g), torch.randn(E, H, I, generator=g)
+    moe = hm.build_emulated_moe("nvfp4", w13, w2, top_k=K, a1_gscale=torch.tensor(2.0), a2_gscale=torch.tensor(3.0))
+    lean = moe.quant_config.without_codes("meta")
+    assert lean.device == torch.device("meta") and lean.w2_q.device == torch.device("meta")
+    moved = [n for n in ("w13_gscale", "w2_gscale", "a1_gscale", "a2_gscale") if getattr(lean, n) is not None]
+    assert moved and all(getattr(lean, n).is_meta for n in moved)
+    assert moe.quant_config.w13_gscale.device.type == "cpu"  # the given config is not written
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4"])
+def test_lean_build_peak_is_the_kernel_format_plus_one_chunk_gpu(gpu_device, scheme):
+    """Built from host codes a few experts at a time, the device's peak over the
+    build is the finished kernel format plus one chunk's working set (at most 4
+    bytes a weight of the chunk: its codes, scales, multipliers, packed bytes),
+    far below the whole layer's codes that a build on the device holds."""
+    En, N, Kd = 16, 1024, 1024
+    g = torch.Generator().manual_seed(7)
+    q, gs = hm.quantize_expert_weights(torch.randn(En, N, Kd, generator=g) * 0.1, scheme)
+    chunk = 2 * N * Kd  # two experts' codes
+    torch.cuda.synchronize(gpu_device)
+    base = torch.cuda.memory_allocated(gpu_device)
+    torch.cuda.reset_peak_memory_stats(gpu_device)
+    fw = FusedWeights.from_quantized_by_experts(q, gs, gpu_device, precisions=("bf16",), chunk_bytes=chunk)
+    torch.cuda.synchronize(gpu_device)
+    final = torch.cuda.memory_allocated(gpu_device) - base
+    peak = torch.cuda.max_memory_allocated(gpu_device) - base
+    assert final > 0 and peak - final <= 4 * chunk, (peak, final, chunk)
+    assert peak < En * N * Kd  # the layer's unpacked codes alone
+    whole = FusedWeights.from_quantized(
+        hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device), None, q.fmt, q.scale_mode),
+        None if gs is None else gs.to(gpu_device), precisions=("bf16",))
+    for name, want in _fields(whole).items():
+        got = getattr(fw, name)
+        assert (got is None) == (want is None) and (want is None or torch.equal(
+            got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8))), name
