@@ -185,10 +185,11 @@ def test_lean_build_peak_is_the_kernel_format_plus_one_chunk_gpu(gpu_device, sch
     build is the finished kernel format plus one chunk's working set (at most 4
     bytes a weight of the chunk: its codes, scales, multipliers, packed bytes),
     far below the whole layer's codes that a build on the device holds."""
-    En, N, Kd = 16, 1024, 1024
+    En, N, Kd = 32, 512, 512
     g = torch.Generator().manual_seed(7)
     q, gs = hm.quantize_expert_weights(torch.randn(En, N, Kd, generator=g) * 0.1, scheme)
-    chunk = 2 * N * Kd  # two experts' codes
+    chunk = N * Kd  # one expert's codes
+    assert 4 * chunk < En * N * Kd // 4  # so the bound below is far under a build holding the layer's codes
     torch.cuda.synchronize(gpu_device)
     base = torch.cuda.memory_allocated(gpu_device)
     torch.cuda.reset_peak_memory_stats(gpu_device)
@@ -197,7 +198,6 @@ def test_lean_build_peak_is_the_kernel_format_plus_one_chunk_gpu(gpu_device, sch
     final = torch.cuda.memory_allocated(gpu_device) - base
     peak = torch.cuda.max_memory_allocated(gpu_device) - base
     assert final > 0 and peak - final <= 4 * chunk, (peak, final, chunk)
-    assert peak < En * N * Kd  # the layer's unpacked codes alone
     whole = FusedWeights.from_quantized(
         hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device), None, q.fmt, q.scale_mode),
         None if gs is None else gs.to(gpu_device), precisions=("bf16",))
