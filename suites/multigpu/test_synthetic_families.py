@@ -248,3 +248,35 @@ def test_moe_emu_runs_it_and_its_oracle_certifies(written, shape, scheme, fmt, h
     stats = lm.swapper.oracle_stats("oracle:" + hscheme)
     assert stats["elements"] > 0 and stats["outside"] == 0
     assert all(torch.isfinite(x).all() for x in base)
+
+
+@pytest.mark.parametrize("shape, scheme", [("tiny-deepseek-v3", "nvfp4"), ("tiny-gpt-oss", "mxfp4")])
+def test_a_load_without_codes_builds_kernel_weights_from_host_codes(written, monkeypatch, shape, scheme):
+    """keep_codes=False (fused): every block's experts and shared expert get their
+    kernel weights from codes unpacked on the host, built onto the block's own
+    device (one block placed on meta here, so a copy of the codes there would
+    show); the codes are not kept."""
+    from harness.kernels.fused_weights import FusedWeights
+
+    calls = []
+    real = FusedWeights.from_quantized_by_experts.__func__
+
+    def spy(cls, q, gscale, device, *a, **kw):
+        calls.append((q.codes.device.type, torch.device(device).type))
+        return real(cls, q, gscale, device, *a, **kw)
+
+    monkeypatch.setattr(FusedWeights, "from_quantized_by_experts", classmethod(spy))
+    folder = written[(shape, scheme)]
+    cfg = synthetic_loader.read_config(folder)
+    dm = synthetic_loader.device_map_for(cfg, ["cpu"])
+    last = f"model.layers.{cfg['num_hidden_layers'] - 1}"
+    dm[last] = "meta"
+    r = synthetic_loader.load(folder, device_map=dm, backend="fused", keep_codes=False, dispatch=False)
+    shared = sum(1 for b in r.blocks.values() if b.emulated.shared_experts is not None)
+    assert len(calls) == 2 * (len(r.blocks) + shared)
+    assert {c[0] for c in calls} == {"cpu"}  # the codes stayed on the host
+    assert sorted({c[1] for c in calls}) == ["cpu", "meta"]
+    for name, block in r.blocks.items():
+        assert block.emulated.quant_config.codes_released, name
+        want = "meta" if name.startswith(last + ".") else "cpu"
+        assert {t.device.type for _, t in parallel.iter_tensors(block)} == {want}, name
