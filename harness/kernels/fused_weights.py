@@ -73,6 +73,8 @@ class FusedWeights:
         unpacked codes of a layer (1 byte a weight, more than the layer's kernel
         format). The result is bitwise `from_quantized` on the device."""
         E, N, K = q.codes.shape
+        if E == 0:
+            raise ValueError(f"from_quantized_by_experts: no experts to build (codes {list(q.codes.shape)})")
         per_expert = max(1, N * K)
         step = max(1, min(E, chunk_bytes // per_expert))
         full: Optional[FusedWeights] = None

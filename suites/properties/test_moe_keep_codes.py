@@ -163,6 +163,9 @@ def test_kernel_weights_built_by_experts_are_bitwise_the_whole_build(scheme, chu
                 assert torch.equal(got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)), \
                     (scheme, prec, name)
         assert (parts.mult_bf16 is parts.mult) == (whole.mult_bf16 is whole.mult), (scheme, prec)
+    empty = hf.QuantizedTensor(q.codes[:0], q.scales[:0], None, q.fmt, q.scale_mode)
+    with pytest.raises(ValueError, match=r"no experts to build \(codes \[0, 64, 64\]\)"):
+        FusedWeights.from_quantized_by_experts(empty, None if gs is None else gs[:0], "cpu")
 
 
 def test_lean_config_moves_its_scales_and_says_where():
