@@ -136,8 +136,15 @@ def test_swapper_passes_keep_codes_false_to_the_builder(problem):
     assert seen == ["absent", False]
 
 
-def _fields(fw):
-    return {n: getattr(fw, n) for n in ("data", "mult", "mult_bf16", "post_bf16")}
+def assert_same_kernel_weights(got, want, what) -> None:
+    """Every tensor field of two FusedWeights: both absent, or the same dtype,
+    shape and bytes."""
+    for name in ("data", "mult", "mult_bf16", "post_bf16"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert (a is None) == (b is None), (what, name)
+        if b is not None:
+            assert (a.dtype, a.shape) == (b.dtype, b.shape), (what, name)
+            assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)), (what, name)
 
 
 @pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8"])
@@ -155,13 +162,7 @@ def test_kernel_weights_built_by_experts_are_bitwise_the_whole_build(scheme, chu
         parts = FusedWeights.from_quantized_by_experts(q, gs, "cpu", precisions=prec,
                                                        chunk_bytes=chunk_experts * per_expert)
         assert (parts.kind, parts.fmt, parts.E, parts.N, parts.K) == (whole.kind, whole.fmt, whole.E, whole.N, whole.K)
-        for name, want in _fields(whole).items():
-            got = getattr(parts, name)
-            assert (got is None) == (want is None), (scheme, prec, name)
-            if want is not None:  # the bytes of every element, whatever the dtype
-                assert (got.dtype, got.shape) == (want.dtype, want.shape), (scheme, prec, name)
-                assert torch.equal(got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)), \
-                    (scheme, prec, name)
+        assert_same_kernel_weights(parts, whole, (scheme, prec))
         assert (parts.mult_bf16 is parts.mult) == (whole.mult_bf16 is whole.mult), (scheme, prec)
     empty = hf.QuantizedTensor(q.codes[:0], q.scales[:0], None, q.fmt, q.scale_mode)
     with pytest.raises(ValueError, match=r"no experts to build \(codes \[0, 64, 64\]\)"):
@@ -204,7 +205,4 @@ def test_lean_build_peak_is_the_kernel_format_plus_one_chunk_gpu(gpu_device, sch
     whole = FusedWeights.from_quantized(
         hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device), None, q.fmt, q.scale_mode),
         None if gs is None else gs.to(gpu_device), precisions=("bf16",))
-    for name, want in _fields(whole).items():
-        got = getattr(fw, name)
-        assert (got is None) == (want is None) and (want is None or torch.equal(
-            got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8))), name
+    assert_same_kernel_weights(fw, whole, scheme)
