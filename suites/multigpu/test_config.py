@@ -36,16 +36,7 @@ def test_parallelize_refused(tmp_path, extra, msg):
 
 
 def test_session_passes_parallelize(tmp_path, monkeypatch):
-    seen = []
-
-    class Fake:
-        def __init__(self, **kw):
-            seen.append(kw)
-
-        def set_scheme(self, s):
-            pass
-
-    monkeypatch.setattr("harness.lmeval.adapter.MoEEmuLM", Fake)
+    seen = _fake_lm(monkeypatch)
     s = Session()
     s.lm("tiny-moe", _cfg(tmp_path, "  parallelize: true\n"), "nvfp4")
     s.lm("tiny-moe", _cfg(tmp_path, ""), "nvfp4")
