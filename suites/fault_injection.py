@@ -650,7 +650,7 @@ FAULTS += [
      "released = 0 if keep_codes else self.released_expert_bytes_per_layer(block, fp4=fp4)", "released = 0",
      [RB, "suites/multigpu/test_resident_bytes.py::test_released_term_on_paper"]),
     ("memory model: a non-fp4 kernel format's code tensor counted as released", "harness/models/shapes.py",
-     "return (n if fp4 else 0) + n // block", "return n + n // block",
+     "return n if fp4 else 0\n", "return n\n",
      [RB, "suites/multigpu/test_resident_bytes.py::test_released_term_on_paper"]),
 ]
 
@@ -719,6 +719,35 @@ FAULTS += [
      'got, where = getattr(experts, mod_attr, None), f"{name}.{row.experts}.{mod_attr}"',
      'got, where = getattr(cfg, cfg_attr, None), f"config.{cfg_attr}"',
      ["suites/lm_eval/test_moe_swap.py::test_gpt_oss_swiglu_constants_are_checked"]),
+]
+
+# The kernel format holds the checkpoint's scale bytes; the kernel decodes each block's multiplier.
+FG = "suites/properties/test_kernels_fused_gemm.py::"
+FAULTS += [
+    ("fused kernel: E8M0 scale byte decoded one exponent off", "harness/kernels/fused_gemm_src.py",
+     "    return _e8m0_value(sc)\n", "    return _e8m0_value(sc + 1)\n",
+     [FG + "test_fused_dequantize_every_code_and_scale_byte"]),
+    ("fused kernel: two-level multiplier s * fl(1/gs) instead of fl(s / gs)", "harness/kernels/fused_gemm_src.py",
+     "        return tl.math.div_rn(s, gs_w)", "        return s * tl.math.div_rn(1.0, gs_w)",
+     [FG + "test_fused_dequantize_every_code_and_scale_byte"]),
+    ("fused kernel: two-level multiplier s without the global scale", "harness/kernels/fused_gemm_src.py",
+     "    if KIND == 1 and TWO_LEVEL and not RAW_S:\n        gs_w = tl.load(wgs_ptr + e)",
+     "    if False:\n        gs_w = tl.load(wgs_ptr + e)",
+     [FG + "test_fused_dequantize_every_code_and_scale_byte"]),
+    ("kernel format keeps its own copy of the scale bytes", "harness/kernels/fused_weights.py",
+     "return cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K)",
+     "return cls(1, data.contiguous(), scales.clone(), gs, spec.name, E, N, K)",
+     ["suites/properties/test_moe_layer_smoke.py::test_fused_layer_holds_no_more_than_the_checkpoint",
+      "suites/multigpu/test_resident_bytes.py::test_resident_bytes_are_the_paper_figure"]),
+    ("kernel format: one global scale stretched over experts it does not cover", "harness/kernels/fused_weights.py",
+     "            if gs.numel() == 1:\n", "            if gs.numel() < E:\n",
+     ["suites/properties/test_moe_layer_smoke.py::test_fused_layer_holds_no_more_than_the_checkpoint"]),
+]
+
+FAULTS += [
+    ("pair layout: one block fewer than its bound", "harness/kernels/moe_align.py",
+     "    return m + (num_pairs - m) // block_m", "    return m + (num_pairs - m) // block_m - 1",
+     ["suites/properties/test_kernels_moe_align.py::test_layout_places_every_pair_once_within_its_bound"]),
 ]
 
 def table_problems(faults=None) -> list[str]:

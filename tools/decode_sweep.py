@@ -52,7 +52,7 @@ def sweep(shape: str, dev) -> list:
     for scheme in ("w_mxfp4_a_mxfp4", "nvfp4"):
         for name, w in weights.items():
             q, gs = hm.quantize_expert_weights(w, scheme)
-            fw = FusedWeights.from_quantized(q, gs, precisions=("bf16",))
+            fw = FusedWeights.from_quantized(q, gs)
             del q  # codes unpacked: only the kernel format is kept
             deq = dict(shape=shape, scheme=scheme, gemm=name)
             # Two interleaved rounds, the second kept: whichever variant runs
@@ -61,7 +61,7 @@ def sweep(shape: str, dev) -> list:
             for _ in range(2):
                 for label, cfg in (("dequant", None), ("dequant_bf16_decode", dict(BF16_DECODE=True)),
                                    ("dequant_no_byte_decode", dict(BYTE_DECODE=False))):
-                    deq[label] = graph_ms(lambda: fused._dequantize(fw, torch.bfloat16, fw.mult_bf16, cfg))
+                    deq[label] = graph_ms(lambda: fused._dequantize(fw, torch.bfloat16, cfg))
             rows.append(deq)
             print(json.dumps(deq), flush=True)
             for T in (1, 16):
@@ -75,7 +75,7 @@ def sweep(shape: str, dev) -> list:
                                                 mode="fused", layout=layout)
                 # the launch the table picks for this GEMM ("small", or "small_short_k" for a short K)
                 chosen = lc.select_launch("gemm", lc.vendor_of(dev), kind=1, fmt=fw.fmt, bf16=True,
-                                          has_post=fw.post_bf16 is not None, block_m=layout[2], n=fw.N, k=fw.K,
+                                          has_post=fw.two_level, block_m=layout[2], n=fw.N, k=fw.K,
                                           pairs=T * k, experts=E, sm_count=sm_count(dev))
                 base = {kk: getattr(chosen, kk) for kk in ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
                         + lc.DECODE_FLAGS if getattr(chosen, kk) is not None}

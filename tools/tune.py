@@ -142,7 +142,7 @@ def tune_predequant(dev) -> dict:
     dq = {}
     for bn, bk, nw, ns in DEQUANT_TILES:
         _set_tile("dequant", bn, bk, nw, ns)
-        dq[(bn, bk, nw, ns)] = _ms(lambda: fused._dequantize(fw, torch.bfloat16, fw.mult_bf16))
+        dq[(bn, bk, nw, ns)] = _ms(lambda: fused._dequantize(fw, torch.bfloat16))
         res[f"dequant.{bn}x{bk}.w{nw}.s{ns}"] = dq[(bn, bk, nw, ns)]
     _set_tile("dequant", *min(dq, key=dq.get))
     gm = {}

@@ -36,8 +36,9 @@ def _variant(kernel, config, types, meta):
 
 
 def _gemm_types(x_dt, w_dt):
-    return dict(x_ptr=ptr(x_dt), rows_ptr="*i64", block_expert_ptr="*i32", w_ptr=ptr(w_dt), mult_ptr="*fp32",
-                post_ptr="*fp32", gs_ptr="*fp32", out_ptr="*fp32", **{n: "i32" for n in _INTS})
+    return dict(x_ptr=ptr(x_dt), rows_ptr="*i64", block_expert_ptr="*i32", w_ptr=ptr(w_dt),
+                scale_ptr="*u8" if w_dt == torch.uint8 else "*fp32", wgs_ptr="*fp32", gs_ptr="*fp32",
+                out_ptr="*fp32", **{n: "i32" for n in _INTS})
 
 
 def weight_formats():
@@ -60,7 +61,7 @@ def gemm_variants(backend: str):
                 tail = "even" if even else "masked"
                 ov = {"EVEN_NK": even}
                 for fmt in weight_formats():
-                    post = bf16 and get_format(fmt).has_global_scale  # post_bf16: 1/(gs_w * gs_a) after the dot
+                    post = bf16 and get_format(fmt).has_global_scale  # 1/(gs_w * gs_a) after the dot
                     # mode "fused": codes decoded in the K loop
                     fused = launch("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, k=0, override=ov)
                     yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, torch.uint8),
@@ -74,7 +75,8 @@ def gemm_variants(backend: str):
                     if bm == BLOCK_MS[0]:
                         meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov).meta()
                         types = dict(_gemm_types(x_dt, torch.uint8), x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt),
-                                     block_expert_ptr=ptr(x_dt), post_ptr=ptr(x_dt), gs_ptr=ptr(x_dt), out_ptr=ptr(x_dt))
+                                     block_expert_ptr=ptr(x_dt), gs_ptr=ptr(x_dt),
+                                     wgs_ptr="*fp32" if get_format(fmt).is_two_level else ptr(x_dt), out_ptr=ptr(x_dt))
                         yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)
                     meta = launch("scratch_gemm", kind=0, bf16=bf16, has_post=post, block_m=bm, k=0,
                                   w_bytes=x_dt.itemsize, override=ov).meta()

@@ -40,10 +40,9 @@ def plan(shape_name: str, scheme: str) -> dict:
     block = block_size(scheme)
     emu = s.emulated_bytes(block)
     row = get_scheme(SCHEMES[scheme])
-    kernel = dict(fused=True, fp4=row.weight_spec.is_fp4, post=row.two_level)
+    kernel = dict(fused=True, fp4=row.weight_spec.is_fp4)
     fused = s.emulated_bytes(block, **kernel)
     lean = s.emulated_bytes(block, **kernel, keep_codes=False)
-    # (two-level rows run "bf16" GEMMs on a GPU, which keep the 1/gs multipliers)
     return {"shape": s.name, "scheme": scheme, "params": s.params, "bf16_gib": round(s.bf16_bytes() / GiB, 1),
             "emulated_gib": round(emu / GiB, 1), "emulated_fused_gib": round(fused / GiB, 1),
             "emulated_fused_no_codes_gib": round(lean / GiB, 1),

@@ -23,7 +23,6 @@ from harness.checkpoints import detect, load
 from harness.checkpoints.errors import CheckpointFormatError
 from harness.checkpoints.load import read_tensors
 from harness.kernels.fused_weights import FusedWeights
-from harness.kernels.precision import resolve_precision
 from harness.moe.experts import make_experts
 from harness.moe.layer import FusedMoE
 from harness.emulation import families, parallel
@@ -117,8 +116,7 @@ def _experts(qc, dev, backend: str, keep_codes: bool):
     kernel format plus one chunk (the memory model's figure), not plus a layer's codes."""
     if backend != "fused" or keep_codes:
         return make_experts(qc, backend=backend, keep_codes=keep_codes)
-    prec = (resolve_precision("auto", qc.scheme, dev),)  # what the experts run (fused_precision "auto")
-    kernel = tuple(FusedWeights.from_quantized_by_experts(q, gs, dev, precisions=prec)
+    kernel = tuple(FusedWeights.from_quantized_by_experts(q, gs, dev)
                    for q, gs in ((qc.w13_q, qc.w13_gscale), (qc.w2_q, qc.w2_gscale)))
     return make_experts(qc.without_codes(dev), backend=backend, keep_codes=False, kernel_weights=kernel)
 

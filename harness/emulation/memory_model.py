@@ -6,13 +6,14 @@ Terms (bytes; B rows of T tokens, P = B*T*top_k token/expert pairs, n the
 expert weights of a layer, E experts, H hidden, I expert intermediate):
 - weights: for each MoE decoder layer on the device, the emulated layer
   (shapes.Shape.emulated_layer_bytes: uint8 codes, scale bytes, global
-  scales, bf16 attention and router; backend "fused" adds the kernel format:
-  packed fp4 codes and one float32 multiplier per block for the precision the
-  layer runs; a fused layer built with keep_codes=False, what the eval builds
-  when no certified oracle is asked for (moe_swap.keep_codes_for), holds
+  scales, bf16 attention and router; backend "fused" adds the kernel format's
+  packed fp4 codes (it shares the scale bytes and global scales with the
+  config and decodes its multipliers from them); a fused layer built with
+  keep_codes=False, what the eval builds when no certified oracle is asked
+  for (moe_swap.keep_codes_for), holds
   shapes.Shape.released_expert_bytes_per_layer less: no unpacked fp4 codes
-  (1 B/element) and no scale bytes); the embedding on the first device, final
-  norm and lm_head on the last.
+  (1 B/element)); the embedding on the first device, final norm and lm_head
+  on the last.
 - moe transient (every device holding a layer), the live buffers of one
   ExpertsBase.apply at its largest moment:
   - unfused: the layer's experts dequantized to float32 (4 x n) plus the
@@ -97,7 +98,7 @@ def per_device(shape: Shape, scheme: str, device_map: dict, batch: int, seq: int
     spec = s.weight_spec
     precision = resolve_precision("auto", s, device_type)
     layer_bytes = shape.emulated_layer_bytes(spec.block_size, fused=backend == "fused", fp4=spec.is_fp4,
-                                             post=s.two_level and precision == "bf16", keep_codes=keep_codes)
+                                             keep_codes=keep_codes)
     layer_dev = [_canonical(d) for d in _layer_devices(device_map, shape.layers)]
     # the first shape.dense_layers layers have a dense bf16 MLP (DeepSeek's first_k_dense_replace), the rest MoE
     dense_dev, moe_dev = layer_dev[:shape.dense_layers], layer_dev[shape.dense_layers:]

@@ -5,7 +5,9 @@ fused_gemm_src.py) and its error bound (what the suites test):
    emulation kernels' element decoder (triton_src._decode: exact bit
    construction, Inf/NaN codes, -0.0 codes stay -0.0) and multiplies by the
    same float32 per-block multiplier as harness.formats (2^(byte-127) for
-   MX, fl32(s / gs[e]) for two-level formats). `fused_dequantize(fw)` runs
+   MX, fl32(s / gs[e]) for two-level formats), decoded in the kernel from
+   the checkpoint's scale byte (the E4M3 s by the same element decoder, the
+   division IEEE-rounded). `fused_dequantize(fw)` runs
    exactly the kernel's dequant code and equals harness.formats.dequantize
    bitwise for every format row, element code and scale byte
    (suites/properties/test_kernels_fused_gemm.py, Triton interpreter; the

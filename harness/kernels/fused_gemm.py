@@ -55,24 +55,23 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
         return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m,
                               config=config, mode=mode, layout=layout, x_row_div=x_row_div)
     rows, block_expert, bm = layout if layout is not None else (None, None, block_m or 0)
-    return _moe_gemm_op(x, ids, fw.data, fw.mult, fw.mult_bf16, fw.post_bf16, a_gscale, fw.kind,
+    return _moe_gemm_op(x, ids, fw.data, fw.scales, fw.gscale, a_gscale, fw.kind,
                         fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert, x_row_div)
 
 
 @torch.library.custom_op("moe_harness::moe_gemm", mutates_args=())
-def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, mult: Optional[torch.Tensor],
-                 mult_bf16: Optional[torch.Tensor], post_bf16: Optional[torch.Tensor],
-                 a_gscale: Optional[torch.Tensor], kind: int, fmt: str, E: int, N: int, K: int,
-                 precision: str, block_m: int, mode: str, rows: Optional[torch.Tensor] = None,
+def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales: Optional[torch.Tensor],
+                 gscale: Optional[torch.Tensor], a_gscale: Optional[torch.Tensor], kind: int, fmt: str, E: int,
+                 N: int, K: int, precision: str, block_m: int, mode: str, rows: Optional[torch.Tensor] = None,
                  block_expert: Optional[torch.Tensor] = None, x_row_div: int = 1) -> torch.Tensor:
-    fw = FusedWeights(kind, data, mult, mult_bf16, post_bf16, fmt or None, E, N, K)
+    fw = FusedWeights(kind, data, scales, gscale, fmt or None, E, N, K)
     layout = (rows, block_expert, block_m) if rows is not None else None
     return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode,
                           layout=layout, x_row_div=x_row_div)
 
 
 @_moe_gemm_op.register_fake
-def _moe_gemm_fake(x, ids, data, mult, mult_bf16, post_bf16, a_gscale, kind, fmt, E, N, K, precision, block_m, mode,
+def _moe_gemm_fake(x, ids, data, scales, gscale, a_gscale, kind, fmt, E, N, K, precision, block_m, mode,
                    rows=None, block_expert=None, x_row_div=1):
     return x.new_empty((ids.shape[0], N), dtype=torch.float32)
 
@@ -109,10 +108,8 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         return out
     interpret = vendor == "interpreter"
     bf16 = precision == "bf16"
-    mult, post = (fw.mult_bf16, fw.post_bf16) if bf16 else (fw.mult, None)
-    if fw.kind == 1 and mult is None:
-        raise ValueError(f"{fw.fmt} fused weights hold no multipliers for precision {precision!r}: prepare them "
-                         f"with FusedWeights.from_quantized(..., precisions=(..., {precision!r}))")
+    two_level = fw.kind == 1 and fw.two_level
+    post = bf16 and two_level  # 1/(gs_w[e] gs_a) after the dot
     if bf16 and interpret:
         # The Triton interpreter's dot on bf16 operands returns garbage (one-hot
         # rows gave 7.9e8 for weights of 0.06, triton 3.9); bf16 is a GPU path.
@@ -120,7 +117,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
                          "compute bf16 dots correctly; use precision 'ieee' (what 'auto' picks on CPU)")
     xk = x.to(torch.float32)
     g = None
-    if bf16 and post is not None:  # nvfp4: x * gs_a is exactly e2m1 * s in bf16
+    if post:  # nvfp4: x * gs_a is exactly e2m1 * s in bf16
         if a_gscale is None:
             raise ValueError("nvfp4 fused GEMM in bf16 needs a_gscale")
         g = a_gscale.to(device=x.device, dtype=torch.float32).reshape(())
@@ -129,7 +126,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         else:  # one pass, the same bits (fused_act.scale_to_bf16)
 
             xk = fused_act.scale_to_bf16(xk, g)
-        # the kernel applies post[e] * fl(1 / g) after the dot (no host launches)
+        # the kernel applies fl(1 / gs_w[e]) * fl(1 / g) after the dot (no host launches)
     elif bf16:
         xk = xk.to(torch.bfloat16)
     xk = xk.contiguous()
@@ -139,10 +136,10 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         rows, block_expert, bm = pair_layout(ids, fw.E, block_m=block_m)
     run_fw, launch = fw, "gemm"
     if mode == "predequant" and fw.kind == 1:
-        scratch = _dequantize(fw, torch.bfloat16 if bf16 else torch.float32, mult)
-        run_fw = FusedWeights(0, scratch, None, None, None, None, fw.E, fw.N, fw.K)
-        mult, launch = None, "scratch_gemm"
-    cfg = select_launch(launch, vendor, kind=run_fw.kind, fmt=run_fw.fmt, bf16=bf16, has_post=post is not None,
+        scratch = _dequantize(fw, torch.bfloat16 if bf16 else torch.float32)
+        run_fw = FusedWeights(0, scratch, None, None, None, fw.E, fw.N, fw.K)
+        launch = "scratch_gemm"
+    cfg = select_launch(launch, vendor, kind=run_fw.kind, fmt=run_fw.fmt, bf16=bf16, has_post=post,
                         block_m=bm, n=fw.N, k=K, w_bytes=run_fw.data.element_size(), pairs=P, experts=fw.E,
                         sm_count=None if interpret else sm_count(x.device), override=config)
     n_tiles = triton_cdiv(fw.N, cfg.BLOCK_N)
@@ -155,32 +152,34 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     part = out if splits == 1 else torch.empty(splits, P, fw.N, dtype=torch.float32, device=x.device)
     grid = (block_expert.shape[0], n_tiles, splits)
     dummy = out
-    args = (xk, rows, block_expert, run_fw.data, mult if mult is not None else dummy,
-            post if post is not None else dummy, g.reshape(1) if g is not None else dummy, part, fw.N, K,
+    sc = run_fw.scales
+    args = (xk, rows, block_expert, run_fw.data, sc if sc is not None else dummy,
+            fw.gscale if two_level else dummy, g.reshape(1) if g is not None else dummy, part, fw.N, K,
             xk.stride(0), out.stride(0),
-            run_fw.data.stride(0), run_fw.data.stride(1), mult.stride(0) if mult is not None else 0,
-            mult.stride(1) if mult is not None else 0, cfg.SPLIT_BLOCKS, P * fw.N, x_row_div)
+            run_fw.data.stride(0), run_fw.data.stride(1), sc.stride(0) if sc is not None else 0,
+            sc.stride(1) if sc is not None else 0, cfg.SPLIT_BLOCKS, P * fw.N, x_row_div)
     run_kernel(_kernel(interpret), grid, args, cfg.meta(), interpret)
     return out if splits == 1 else part.sum(0)
 
 
-def _dequantize(fw: FusedWeights, dtype: torch.dtype, mult: Optional[torch.Tensor],
-                config: Optional[dict] = None) -> torch.Tensor:
+def _dequantize(fw: FusedWeights, dtype: torch.dtype, config: Optional[dict] = None) -> torch.Tensor:
+    """The dequant-only launch: [E, N, K] in `dtype`. float32: e * fl32(s / gs)
+    (the reference's values); bfloat16: e * s for two-level rows (the GEMM
+    on the scratch applies 1/gs after the dot), exact by contract (2)."""
     out = torch.empty(fw.E, fw.N, fw.K, dtype=dtype, device=fw.device)
     vendor = vendor_of(fw.device)
     cfg = select_launch("dequant", vendor, kind=fw.kind, fmt=fw.fmt, bf16=dtype == torch.bfloat16, n=fw.N, k=fw.K,
                         override=config)
     grid = (fw.E, triton_cdiv(fw.N, cfg.BLOCK_N))
-    m = mult if mult is not None else out
-    args = (out, out, out, fw.data, m, out, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
-            fw.data.stride(0), fw.data.stride(1), m.stride(0) if mult is not None else 0,
-            m.stride(1) if mult is not None else 0, cfg.SPLIT_BLOCKS, 0, 1)
+    sc = fw.scales if fw.scales is not None else out
+    gs = fw.gscale if fw.gscale is not None else out
+    args = (out, out, out, fw.data, sc, gs, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
+            fw.data.stride(0), fw.data.stride(1), sc.stride(0) if fw.scales is not None else 0,
+            sc.stride(1) if fw.scales is not None else 0, cfg.SPLIT_BLOCKS, 0, 1)
     run_kernel(_kernel(vendor == "interpreter"), grid, args, cfg.meta(), vendor == "interpreter")
     return out
 
 
 def fused_dequantize(fw: FusedWeights, config: Optional[dict] = None) -> torch.Tensor:
     """The kernel's dequant path alone: [E, N, K] float32 (bit-exact contract)."""
-    if fw.kind == 1 and fw.mult is None:
-        raise ValueError(f"{fw.fmt} fused weights were prepared without the 'ieee' multipliers")
-    return _dequantize(fw, torch.float32, fw.mult, config)
+    return _dequantize(fw, torch.float32, config)

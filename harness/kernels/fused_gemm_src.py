@@ -10,7 +10,7 @@ interpreted), like every kernel source.
 import triton
 import triton.language as tl
 
-from .triton_src import F32_BIAS, F32_MANT, F32_SIGN, _decode  # relative: within the loaded kind (loader.py)
+from .triton_src import F32_BIAS, F32_MANT, F32_SIGN, _decode, _e8m0_value  # relative: within the loaded kind (loader.py)
 
 
 @triton.jit
@@ -50,8 +50,25 @@ def _decode_fp4_bytes_bf16(byte, MBITS: tl.constexpr, BIAS: tl.constexpr):
 
 
 @triton.jit
+def _block_mult(sc, gs_w, TWO_LEVEL: tl.constexpr, RAW_S: tl.constexpr, S_MBITS: tl.constexpr,
+                S_WIDTH: tl.constexpr, S_BIAS: tl.constexpr, S_SIGN_BIT: tl.constexpr, S_SPECIALS: tl.constexpr,
+                S_NAN_CODE: tl.constexpr, S_INF_CODE: tl.constexpr, S_MIN_NORMAL: tl.constexpr):
+    """Block scale bytes (int32) -> float32 multipliers, the reference's
+    (formats.block_scale_values): 2^(b - 127) for E8M0 (NaN for 0xFF); a
+    two-level row's minifloat s by the shared element decoder, divided by
+    the expert's global scale with IEEE division (fl32(s / gs)), or s alone
+    (RAW_S: precision "bf16", where the kernel applies 1/gs after the dot)."""
+    if TWO_LEVEL:
+        s = _decode(sc, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS, S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL)
+        if RAW_S:
+            return s
+        return tl.math.div_rn(s, gs_w)
+    return _e8m0_value(sc)
+
+
+@triton.jit
 def _moe_gemm_kernel(
-    x_ptr, rows_ptr, block_expert_ptr, w_ptr, mult_ptr, post_ptr, gs_ptr, out_ptr,
+    x_ptr, rows_ptr, block_expert_ptr, w_ptr, scale_ptr, wgs_ptr, gs_ptr, out_ptr,
     N, K, stride_xm, stride_om,
     stride_we, stride_wn, stride_me, stride_mn,
     SPLIT_BLOCKS, stride_os,  # split-K: program_id(2) sums BLOCK_Ks [pid*SPLIT_BLOCKS, +SPLIT_BLOCKS) into out + pid*stride_os
@@ -62,6 +79,11 @@ def _moe_gemm_kernel(
     MBITS: tl.constexpr, WIDTH: tl.constexpr, BIAS: tl.constexpr, SIGN_BIT: tl.constexpr, SPECIALS: tl.constexpr,
     NAN_CODE: tl.constexpr, INF_CODE: tl.constexpr, MIN_NORMAL: tl.constexpr,
     QBLOCK: tl.constexpr,  # quantization block along K
+    # block scales: E8M0 bytes, or (TWO_LEVEL) the minifloat of the S_ constants over a float32 global scale
+    # per expert at wgs_ptr; RAW_S: multiply by s alone (precision "bf16": 1/gs comes after the dot, HAS_POST)
+    TWO_LEVEL: tl.constexpr, RAW_S: tl.constexpr,
+    S_MBITS: tl.constexpr, S_WIDTH: tl.constexpr, S_BIAS: tl.constexpr, S_SIGN_BIT: tl.constexpr,
+    S_SPECIALS: tl.constexpr, S_NAN_CODE: tl.constexpr, S_INF_CODE: tl.constexpr, S_MIN_NORMAL: tl.constexpr,
     BF16: tl.constexpr, HAS_POST: tl.constexpr, DEQUANT_ONLY: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     FAST_DECODE: tl.constexpr = False,  # _decode's FAST construction
@@ -101,7 +123,10 @@ def _moe_gemm_kernel(
     offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
     w_base = w_ptr + e * stride_we + offs_n[:, None] * stride_wn
-    m_base = mult_ptr + e * stride_me + offs_n[:, None] * stride_mn
+    m_base = scale_ptr + e * stride_me + offs_n[:, None] * stride_mn
+    gs_w = 1.0
+    if KIND == 1 and TWO_LEVEL and not RAW_S:
+        gs_w = tl.load(wgs_ptr + e)
     acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
     for kb in range(kb_beg, kb_end):
         k0 = kb * BLOCK_K
@@ -142,16 +167,20 @@ def _moe_gemm_kernel(
             if MULT_BCAST:  # one multiplier per QBLOCK elements, broadcast over its block
                 offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
                 if EVEN_NK:
-                    m = tl.load(m_base + offs_b[None, :])
+                    sc = tl.load(m_base + offs_b[None, :]).to(tl.int32)
                 else:
-                    m = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
-                                other=0.0)
+                    sc = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
+                                 other=0).to(tl.int32)
+                m = _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
+                                S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL)
                 if BYTES_BF16:  # exact: e2m1 x (2^k or an E4M3 value) fits bf16's 8-bit significand
                     m = m.to(tl.bfloat16)
                 wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
                                 (BLOCK_N, BLOCK_K))
             else:
-                wv = val * tl.load(m_base + (offs_k // QBLOCK)[None, :], mask=wmask, other=0.0)
+                sc = tl.load(m_base + (offs_k // QBLOCK)[None, :], mask=wmask, other=0).to(tl.int32)
+                wv = val * _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
+                                       S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL)
         if DEQUANT_ONLY:
             # dequant-only launch: stride_xm / stride_om are the output's expert / row strides
             tl.store(out_ptr + e * stride_xm + offs_n[:, None] * stride_om + offs_k[None, :], wv, mask=wmask)
@@ -166,7 +195,7 @@ def _moe_gemm_kernel(
             else:
                 acc = tl.dot(a, tl.trans(wv), acc, input_precision="ieee")
     if not DEQUANT_ONLY:
-        if HAS_POST:  # nvfp4 in bf16: 1/(gs_w[e] gs_a) as fl(post[e] * fl(1 / gs_a)), post = 1/gs_w
-            acc = acc * (tl.load(post_ptr + e) * tl.math.div_rn(1.0, tl.load(gs_ptr)))
+        if HAS_POST:  # nvfp4 in bf16: 1/(gs_w[e] gs_a) as fl(fl(1 / gs_w[e]) * fl(1 / gs_a))
+            acc = acc * (tl.math.div_rn(1.0, tl.load(wgs_ptr + e)) * tl.math.div_rn(1.0, tl.load(gs_ptr)))
         tl.store(out_ptr + pid_k.to(tl.int64) * stride_os + rows_safe[:, None] * stride_om + offs_n[None, :], acc,
                  mask=rmask[:, None] & nmask[None, :])

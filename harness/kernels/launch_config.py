@@ -164,6 +164,7 @@ class LaunchConfig:
     KIND: int
     BF16: bool
     HAS_POST: bool
+    RAW_S: bool  # two-level codes multiplied by s alone (bf16 operands or scratch; 1/gs after the dot)
     DEQUANT_ONLY: bool
     BLOCK_M: int
     BLOCK_N: int
@@ -181,22 +182,28 @@ class LaunchConfig:
 
     def meta(self) -> dict:
         """The kernel's constexprs and compile options, as the launcher passes them."""
-        out = dict(KIND=self.KIND, BF16=self.BF16, HAS_POST=self.HAS_POST, DEQUANT_ONLY=self.DEQUANT_ONLY,
+        out = dict(KIND=self.KIND, BF16=self.BF16, HAS_POST=self.HAS_POST, RAW_S=self.RAW_S,
+                   DEQUANT_ONLY=self.DEQUANT_ONLY,
                    BLOCK_M=self.BLOCK_M, **format_constexprs(self.KIND, self.fmt))
         out.update((k, getattr(self, k)) for k in _LAUNCH_KEYS if getattr(self, k) is not None)
         return out
 
 
 def format_constexprs(kind: int, fmt: Optional[str]) -> dict:
-    """The weight format's constexprs (element decode, packing, block size)."""
+    """The weight format's constexprs (element decode, packing, block size,
+    the block scale's decode: E8M0, or a two-level row's minifloat)."""
     if kind == 0:
-        return dict(PACKED=False, QBLOCK=32, **{k: _NO_ELEMENT[k] for k in _ELEMENT_KEYS})
+        return dict(PACKED=False, QBLOCK=32, TWO_LEVEL=False, **{k: _NO_ELEMENT[k] for k in _ELEMENT_KEYS},
+                    **{"S_" + k: _NO_ELEMENT[k] for k in _ELEMENT_KEYS})
     spec = hf.get_format(fmt)
     if spec.element.is_int:
         raise ValueError(f"{spec.name}: integer elements are not implemented in the fused MoE GEMM "
                          "(use backend='unfused')")
     el = element_constants(spec.element)
-    return dict(PACKED=spec.is_fp4, QBLOCK=spec.block_size, **{k: el[k] for k in _ELEMENT_KEYS})
+    # MX rows never read the S_ constants: they get E4M3's, so every launch has one signature
+    sc = element_constants(spec.scale) if spec.is_two_level else _NO_ELEMENT
+    return dict(PACKED=spec.is_fp4, QBLOCK=spec.block_size, TWO_LEVEL=spec.is_two_level,
+                **{k: el[k] for k in _ELEMENT_KEYS}, **{"S_" + k: sc[k] for k in _ELEMENT_KEYS})
 
 
 def on_rocm() -> bool:
@@ -322,6 +329,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         splits = triton_cdiv(k_blocks, split_blocks)  # no empty split
     return LaunchConfig(launch=launch, vendor=vendor, table=table, row=name, fmt=None if kind == 0 else fmt,
                         KIND=kind, BF16=bf16 and not dequant, HAS_POST=has_post and not dequant,
+                        RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
                         DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, EVEN_NK=even_nk, SPLIT_K=splits,
                         SPLIT_BLOCKS=split_blocks)
 

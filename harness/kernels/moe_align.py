@@ -44,8 +44,16 @@ def meta(num_pairs: int, num_experts: int) -> dict:
 
 
 def num_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
-    """Upper bound on BLOCK_M blocks (as sort_pairs): ceil(P / block_m) + E."""
-    return (num_pairs + block_m - 1) // block_m + num_experts
+    """The most BLOCK_M blocks a layout of P pairs over E experts takes (both
+    builders size their buffers by it): with m = min(P, E),
+    m + floor((P - m) / block_m). An expert with c >= 1 pairs takes
+    ceil(c / block_m) = 1 + floor((c - 1) / block_m) blocks; over the n <= m
+    experts that get pairs the floors sum to at most floor((P - n) /
+    block_m), and n + floor((P - n) / block_m) grows with n. Reached when m
+    experts each hold one pair past a multiple of block_m. So at decode
+    (P << E) the GEMM grid has P blocks, not one per expert."""
+    m = min(num_pairs, num_experts)
+    return m + (num_pairs - m) // block_m
 
 
 def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int):

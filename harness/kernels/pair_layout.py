@@ -30,10 +30,10 @@ def block_m_for(num_rows: int, num_experts: int) -> int:
 def sort_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
     """Stable sort of pair ids by expert, each expert padded to block_m rows.
     Returns (rows [nb*block_m] int64, block_expert [nb] int32); fixed sizes,
-    no host sync (nb = ceil(P / block_m) + E is an upper bound)."""
+    no host sync (nb = moe_align.num_blocks, an upper bound)."""
     P = ids.shape[0]
     dev = ids.device
-    nb = (P + block_m - 1) // block_m + num_experts
+    nb = moe_align.num_blocks(P, num_experts, block_m)
     sorted_e, perm = torch.sort(ids, stable=True)
     counts = torch.zeros(num_experts, dtype=torch.int64, device=dev).scatter_add_(0, ids, torch.ones_like(ids))
     padded = (counts + block_m - 1) // block_m * block_m

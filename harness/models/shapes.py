@@ -104,44 +104,42 @@ class Shape:
         n = self.expert_params_per_layer
         return n + n // block + (2 * 4 * self.experts if block == 16 else 0)
 
-    def kernel_expert_bytes_per_layer(self, block: int, *, fp4: bool = True, post: bool = False) -> int:
-        """What the fused backend holds per layer on top of those codes
-        (kernels/fused_weights.FusedWeights): fp4 codes packed two a byte (other
-        widths share the code tensor), one float32 multiplier per block for the
-        precision the layer runs, and with `post` (two-level rows in "bf16") a
-        float32 1/gs per expert for each of w13 and w2."""
+    def kernel_expert_bytes_per_layer(self, block: int, *, fp4: bool = True) -> int:
+        """What the fused backend holds per layer on top of the quant config's
+        tensors (kernels/fused_weights.FusedWeights): fp4 codes packed two a
+        byte. The kernel format shares the rest with the config: the code
+        tensor of wider formats, the block scale bytes and the global scales."""
         n = self.expert_params_per_layer
-        return (n // 2 if fp4 else 0) + 4 * (n // block) + (2 * 4 * self.experts if post else 0)
+        return n // 2 if fp4 else 0
 
     def released_expert_bytes_per_layer(self, block: int, *, fp4: bool = True) -> int:
         """What a fused layer built with keep_codes=False no longer holds per
         layer (harness.moe.experts): the unpacked codes (1 B/element) when they
         are fp4 (the kernel format packs its own copy; other widths' kernel
-        format IS the code tensor, which stays) and the block scale bytes
-        (1 B/block; the kernel keeps its float32 multipliers)."""
+        format IS the code tensor, which stays). The scale bytes and global
+        scales stay: the kernel decodes its multipliers from them."""
         n = self.expert_params_per_layer
-        return (n if fp4 else 0) + n // block
+        return n if fp4 else 0
 
-    def expert_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True, post: bool = False,
+    def expert_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True,
                            keep_codes: bool = True) -> int:
         """The experts of one layer as the emulation holds them: the quant
         config's tensors, plus the kernel format when fused, less the released
         codes when keep_codes=False (fused only, as the layer refuses it unfused)."""
         if not keep_codes and not fused:
             raise ValueError("keep_codes=False needs the fused backend (the unfused backend reads the codes)")
-        kernel = self.kernel_expert_bytes_per_layer(block, fp4=fp4, post=post) if fused else 0
+        kernel = self.kernel_expert_bytes_per_layer(block, fp4=fp4) if fused else 0
         released = 0 if keep_codes else self.released_expert_bytes_per_layer(block, fp4=fp4)
         return self.emulated_expert_bytes_per_layer(block) + kernel - released
 
-    def emulated_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True, post: bool = False,
+    def emulated_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True,
                              keep_codes: bool = True) -> int:
-        return (self.expert_layer_bytes(block, fused=fused, fp4=fp4, post=post, keep_codes=keep_codes)
+        return (self.expert_layer_bytes(block, fused=fused, fp4=fp4, keep_codes=keep_codes)
                 + 2 * (self.attention_params_per_layer + self.router_params_per_layer))
 
-    def emulated_bytes(self, block: int, *, fused: bool = False, fp4: bool = True, post: bool = False,
+    def emulated_bytes(self, block: int, *, fused: bool = False, fp4: bool = True,
                        keep_codes: bool = True) -> int:
-        return (self.moe_layers * self.emulated_layer_bytes(block, fused=fused, fp4=fp4, post=post,
-                                                            keep_codes=keep_codes)
+        return (self.moe_layers * self.emulated_layer_bytes(block, fused=fused, fp4=fp4, keep_codes=keep_codes)
                 + 2 * (self.outer_params + self.dense_layers * self.dense_layer_params))
 
     def disk_bytes(self, block: int) -> int:

@@ -140,10 +140,8 @@ class ExpertsBase(torch.nn.Module):
     def _make_kernel_weights(self):
         qc = self.quant_config
         require_codes(qc, "building the fused kernel weights")
-        # Only the multipliers of the precision this layer runs (on its weights' device).
-        prec = (self._precision(qc.w13_q.codes.device),)
-        return (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale, precisions=prec),
-                fused_gemm.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale, precisions=prec))
+        return (fused_gemm.FusedWeights.from_quantized(qc.w13_q, qc.w13_gscale),
+                fused_gemm.FusedWeights.from_quantized(qc.w2_q, qc.w2_gscale))
 
     # -- scale selection: by `is None`, never `a or b` on tensors ---------------
     def a1_input_scale(self):

@@ -70,7 +70,7 @@ def test_requests_are_seeded():
 def test_paper_weights_add_up_over_devices(name, scheme, backend):
     s = SHAPES[name]
     block = get_scheme(scheme).weight_spec.block_size
-    fused = dict(fused=backend == "fused", post=backend == "fused" and scheme == "nvfp4")
+    fused = dict(fused=backend == "fused")
     dm = synthetic_loader.device_map_for(s.hf_config(), ["cuda:0", "cuda:1"])
     two = memory_model.per_device(s, scheme, dm, batch=4, seq=512, backend=backend)
     one = memory_model.per_device(s, scheme, synthetic_loader.device_map_for(s.hf_config(), ["cuda:0"]), 4, 512,
@@ -84,9 +84,9 @@ def test_paper_weights_add_up_over_devices(name, scheme, backend):
 
 def test_fused_weights_on_paper_are_what_the_layer_holds():
     """The fused backend's bytes on paper equal the bytes of every tensor a
-    built fused layer holds (codes, scales, global scales, packed codes,
-    multipliers, 1/gs), counted once per storage, for a two-level and an MX
-    scheme, in both precisions of the two-level one."""
+    built fused layer holds (codes, scales, global scales, packed codes),
+    counted once per storage, for a two-level and an MX scheme, in both
+    precisions of the two-level one."""
     import torch
 
     import harness.moe as hm
@@ -107,7 +107,7 @@ def test_fused_weights_on_paper_are_what_the_layer_holds():
                 held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
         spec = get_scheme(scheme).weight_spec
         want = (s.emulated_expert_bytes_per_layer(spec.block_size)
-                + s.kernel_expert_bytes_per_layer(spec.block_size, post=spec.is_two_level and precision == "bf16"))
+                + s.kernel_expert_bytes_per_layer(spec.block_size))
         assert sum(held.values()) == want, (scheme, precision)
 
 

@@ -31,7 +31,7 @@ def activation_scale_bytes(qc) -> int:
     return sum(4 for n in ("a1_scale", "a1_gscale", "a2_scale", "a2_gscale") if getattr(qc, n) is not None)
 
 
-# (scheme, fused precision): two-level in both precisions ("bf16" keeps 1/gs; built, not run),
+# (scheme, fused precision): two-level in both precisions (one kernel format serves both; built, not run),
 # MX with MX activations, and a weight-only row whose kernel format is the code tensor itself
 CASES = [("nvfp4", "ieee"), ("nvfp4", "bf16"), ("w_mxfp4_a_mxfp4", "ieee"), ("w_mxfp8", "ieee")]
 
@@ -50,21 +50,24 @@ def test_resident_bytes_are_the_paper_figure(scheme, precision, backend, keep_co
     del w13, w2
     row = get_scheme(scheme)
     spec = row.weight_spec
-    want = s.expert_layer_bytes(spec.block_size, fused=backend == "fused", fp4=spec.is_fp4,
-                                post=row.two_level and precision == "bf16", keep_codes=keep_codes)
+    want = s.expert_layer_bytes(spec.block_size, fused=backend == "fused", fp4=spec.is_fp4, keep_codes=keep_codes)
     assert resident_bytes(moe) == want + activation_scale_bytes(moe.quant_config), (scheme, precision, backend)
 
 
 def test_released_term_on_paper():
-    """What keep_codes=False saves per weight: 1 B of fp4 codes plus the scale
-    byte per block; the memory model's per-device weights drop by exactly that."""
+    """What keep_codes=False saves per weight: 1 B of fp4 codes (the scale
+    bytes stay: the kernel reads them); the memory model's per-device weights
+    drop by exactly that, and the lean fused layer holds the checkpoint's
+    bytes: 0.5 B a weight plus a scale byte a block (plus the global scales)."""
     s = SHAPES["mixtral-8x22b"]
     n = s.expert_params_per_layer
-    assert s.released_expert_bytes_per_layer(16) == n + n // 16
-    assert s.released_expert_bytes_per_layer(32, fp4=False) == n // 32
+    assert s.released_expert_bytes_per_layer(16) == n
+    assert s.released_expert_bytes_per_layer(32, fp4=False) == 0
+    assert s.expert_layer_bytes(16, fused=True, keep_codes=False) == n // 2 + n // 16 + 2 * 4 * s.experts
+    assert s.expert_layer_bytes(32, fused=True, keep_codes=False) == n // 2 + n // 32
     dm = synthetic_loader.device_map_for(s.hf_config(), ["cuda:0"])
     keep = memory_model.per_device(s, "nvfp4", dm, 1, 16, backend="fused")["cuda:0"]["weights"]
     lean = memory_model.per_device(s, "nvfp4", dm, 1, 16, backend="fused", keep_codes=False)["cuda:0"]["weights"]
-    assert keep - lean == s.layers * (n + n // 16)
+    assert keep - lean == s.layers * n
     with pytest.raises(ValueError, match="keep_codes=False needs the fused backend"):
         memory_model.per_device(s, "nvfp4", dm, 1, 16, backend="unfused", keep_codes=False)

@@ -21,6 +21,7 @@ from harness.checkpoints.errors import CheckpointFormatError
 from harness.checkpoints.load import identify
 from harness.emulation import checkpoint_blocks, parallel, synthetic_loader
 from harness.emulation.moe_swap import Swapper
+from harness.kernels.fused_weights import FusedWeights
 from harness.models.shapes import SHAPES, from_hf_config, get_shape
 from suites.multigpu.synthetic_files import all_tensors
 
@@ -298,7 +299,7 @@ def test_a_load_without_codes_computes_what_a_load_with_them_does(written, shape
             pairs.append((blk.emulated.shared_experts, ref.emulated.shared_experts))
         for a, b in pairs:
             for fa, fb in zip(a._kernel_weights, b._kernel_weights):
-                for field in ("data", "mult", "mult_bf16", "post_bf16"):
+                for field in FusedWeights.TENSORS:
                     ta, tb = getattr(fa, field), getattr(fb, field)
                     assert (ta is None) == (tb is None), (name, field)
                     assert ta is None or (ta.dtype == tb.dtype and torch.equal(ta, tb)), (name, field)

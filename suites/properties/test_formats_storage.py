@@ -21,6 +21,7 @@ import harness.kernels as hk
 from harness.formats.bounds import check_qdq_bound
 from harness.moe import conversion, loaders
 from harness.moe import ops as moe_ops
+from harness.kernels.fused_gemm import fused_dequantize
 from harness.kernels.fused_weights import FusedWeights
 from harness.testing.checks.bitwise import assert_bitwise_equal
 
@@ -138,8 +139,9 @@ def test_qdq_error_bound_and_moe_weight_paths_read_storage(fmt, cd, sd):
     g = None if gs is None else gs.reshape(-1)
     assert_bitwise_equal(moe_ops.dequantize_expert_weights(qs, g, backend="torch"), hf.dequantize(q))
     fw, fw_u8 = FusedWeights.from_quantized(qs, g), FusedWeights.from_quantized(q, g)
-    assert torch.equal(fw.data, fw_u8.data) and torch.equal(fw.mult, fw_u8.mult)
-    assert torch.equal(fw.mult_bf16, fw_u8.mult_bf16)
+    assert torch.equal(fw.data, fw_u8.data) and torch.equal(fw.scales, fw_u8.scales)
+    assert fw.scales.dtype == torch.uint8 and (fw.gscale is None) == (g is None)
+    assert_bitwise_equal(fused_dequantize(fw), hf.dequantize(q))
 
 
 @pytest.mark.parametrize("fmt,cd,sd", COMBOS)

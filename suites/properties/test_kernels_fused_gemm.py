@@ -159,7 +159,7 @@ def test_bf16_decode_refused_on_the_interpreter():
     q = every_code_and_scale("mxfp4")
     fw = _fused_weights(q)
     with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
-        fused_gemm._dequantize(fw, torch.bfloat16, fw.mult_bf16, dict(BF16_DECODE=True))
+        fused_gemm._dequantize(fw, torch.bfloat16, dict(BF16_DECODE=True))
     with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
         lc.select_launch("gemm", "interpreter", kind=1, fmt="mxfp4", bf16=True, block_m=16, n=64, k=64,
                          override=dict(BF16_DECODE=True))
@@ -178,7 +178,7 @@ def test_bf16_dequant_every_code_and_scale_byte_gpu(fmt, gpu_device):
                             None if q.global_scale is None else q.global_scale.to(gpu_device), fmt)
     fw = _fused_weights(qd)
     for config in (None, dict(BF16_DECODE=False)):
-        got = fused_gemm._dequantize(fw, torch.bfloat16, fw.mult_bf16, config).cpu()
+        got = fused_gemm._dequantize(fw, torch.bfloat16, config).cpu()
         assert_bitwise_equal(got, want, f"{fmt} {config or 'tuned table'}")
 
 

@@ -45,3 +45,55 @@ def test_pair_layout_takes_the_torch_ops_past_the_kernel_limit():
     assert torch.equal(rows, want[0]) and torch.equal(be, want[1])
     with pytest.raises(ValueError, match="outside the one-program kernel"):
         moe_align.align_pairs(ids, 4, bm)
+
+
+def _assert_complete(ids, E, rows, block_expert, bm):
+    """Every pair exactly once, in a block of its own expert, experts in
+    order; blocks past the last used one are unused (-1) and all padding."""
+    P = ids.shape[0]
+    assert rows.shape[0] == block_expert.shape[0] * bm == moe_align.num_blocks(P, E, bm) * bm
+    real = rows[rows >= 0]
+    assert torch.equal(real.sort().values, torch.arange(P)), (ids.tolist(), E, bm)
+    per_block = rows.reshape(-1, bm)
+    for b, e in enumerate(block_expert.tolist()):
+        got = per_block[b][per_block[b] >= 0]
+        if e < 0:
+            assert got.numel() == 0, (b, ids.tolist())
+        else:
+            assert got.numel() > 0 and bool((ids[got] == e).all()), (b, e, ids.tolist())
+    used = block_expert[block_expert >= 0]
+    assert bool((used[1:] >= used[:-1]).all())
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), E=st.integers(1, 300), bm=st.sampled_from(pair_layout.BLOCK_MS))
+def test_layout_places_every_pair_once_within_its_bound(data, E, bm):
+    """The fixed block count m + floor((P - m) / bm), m = min(P, E), holds
+    every layout and is reached: the worst cases give m experts one pair
+    past a multiple of bm each."""
+    P = data.draw(st.integers(1, 3 * moe_align.MAX_PAIRS))
+    if data.draw(st.booleans()):  # worst case: every used expert one pair past a multiple of bm
+        n = min(P, E)
+        counts = [1] * n
+        left = P - n
+        for i in range(left // bm):  # whole blocks round-robin: counts stay 1 past a multiple of bm
+            counts[i % n] += bm
+        counts[0] += left % bm
+        ids = torch.repeat_interleave(torch.arange(n), torch.tensor(counts))
+        ids = ids[torch.randperm(P, generator=torch.Generator().manual_seed(P))]
+        worst = True
+    else:
+        ids = torch.tensor(data.draw(st.lists(st.integers(0, E - 1), min_size=P, max_size=P)))
+        worst = False
+    # the bound on paper first: a layout past it would write past the buffers
+    needed = int(((torch.bincount(ids, minlength=E) + bm - 1) // bm).sum())
+    assert needed <= moe_align.num_blocks(P, E, bm) and (needed == moe_align.num_blocks(P, E, bm) or not worst)
+    rows, block_expert, _ = pair_layout.pair_layout(ids, E, block_m=bm)
+    _assert_complete(ids, E, rows, block_expert, bm)
+
+
+def test_decode_grid_is_a_few_blocks_not_one_per_expert():
+    """Qwen3 at T=1 (8 pairs over 128 experts): 8 blocks of 16 rows, not 129."""
+    rows, block_expert, bm = pair_layout.pair_layout(torch.arange(8) * 16, 128)
+    assert (bm, block_expert.shape[0]) == (16, 8)
+    _assert_complete(torch.arange(8) * 16, 128, rows, block_expert, bm)

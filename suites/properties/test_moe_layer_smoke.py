@@ -197,24 +197,42 @@ def test_fused_gemm_tiles_that_do_not_divide(scheme):
     assert torch.equal(got.view(torch.int32), ragged.view(torch.int32))
 
 
-def test_fused_layer_holds_one_multiplier_set(problem):
-    """A two-level fused layer keeps only the float32 block multipliers of the
-    precision it runs (here "ieee", CPU): a second set is a quarter byte per
-    weight of dead memory (GiBs at real size). Asking the other
-    precision of those weights is refused, naming it."""
+@pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8"])
+def test_fused_layer_holds_no_more_than_the_checkpoint(problem, scheme):
+    """The kernel format is the checkpoint's bytes: fp4 codes packed two a
+    byte (wider codes: the config's own code tensor), the config's own block
+    scale bytes (the kernel decodes each multiplier) and, for two-level rows,
+    one float32 global scale per expert; 0.53 B a weight for MXFP4, 0.5625
+    for NVFP4. A global scale that is not one per expert (or one for all), or
+    one given to an MX row, is refused, naming the shapes."""
     w13, w2, x, lg, a1, a2 = problem
-    moe = hm.build_emulated_moe("nvfp4", w13, w2, top_k=K, a1_gscale=a1, a2_gscale=a2, backend="fused")
-    for fw in moe.experts._kernel_weights:
-        assert fw.mult is not None and fw.mult_bf16 is None and fw.post_bf16 is None
-    fw = moe.experts._kernel_weights[0]
-    xs = x[:, :H].float().repeat_interleave(K, 0)
-    ids = torch.arange(T * K) % E
-    with pytest.raises(ValueError, match="no multipliers for precision 'bf16'"):
-        fused_gemm.moe_gemm(xs, ids, fw, precision="bf16", a_gscale=torch.tensor(1.0))
-    with pytest.raises(ValueError, match="precisions must be"):
-        FusedWeights.from_quantized(moe.quant_config.w13_q, moe.quant_config.w13_gscale, precisions=("fp8",))
-    both = FusedWeights.from_quantized(moe.quant_config.w13_q, moe.quant_config.w13_gscale)
-    assert both.mult is not None and both.mult_bf16 is not None  # the default still prepares both
+    moe = hm.build_emulated_moe(scheme, w13, w2, top_k=K, a1_gscale=a1, a2_gscale=a2, backend="fused")
+    qc = moe.quant_config
+    spec = qc.scheme.weight_spec
+    for fw, q, gs in zip(moe.experts._kernel_weights, (qc.w13_q, qc.w2_q), (qc.w13_gscale, qc.w2_gscale)):
+        n = fw.E * fw.N * fw.K
+        assert fw.scales.dtype == torch.uint8 and fw.scales.data_ptr() == q.scales.data_ptr()
+        if spec.is_fp4:
+            assert fw.data.numel() == n // 2
+        else:
+            assert fw.data.data_ptr() == q.codes.data_ptr()
+        assert (fw.gscale is not None) == spec.is_two_level
+        if spec.is_two_level:
+            assert fw.gscale.dtype == torch.float32 and fw.gscale.shape == (fw.E,)
+            assert torch.equal(fw.gscale, gs.reshape(-1).float())
+        code_bytes = n // 2 if spec.is_fp4 else n
+        assert fw.nbytes() == code_bytes + n // spec.block_size + (4 * fw.E if spec.is_two_level else 0)
+    q, gs = qc.w13_q, qc.w13_gscale
+    if spec.is_two_level:
+        with pytest.raises(ValueError, match=rf"global scale of 2 values for {E} experts \(shape \[2\]\)"):
+            FusedWeights.from_quantized(q, gs.reshape(-1)[:2])
+        one = FusedWeights.from_quantized(q, gs.reshape(-1)[:1])  # one value for every expert
+        assert torch.equal(one.gscale, gs.reshape(-1)[:1].float().expand(E))
+        with pytest.raises(ValueError, match="need the per-expert global scale"):
+            FusedWeights.from_quantized(q, None)
+    else:
+        with pytest.raises(ValueError, match="takes no global scale"):
+            FusedWeights.from_quantized(q, torch.ones(E))
 
 
 def _split_k_sums_the_k_ranges(scheme, dev):
@@ -285,21 +303,21 @@ def test_split_k_choice_fills_the_gpu_at_decode_only():
 
 
 def _nvfp4_bf16_post_factor(dev):
-    """nvfp4 in precision "bf16": the kernel scales each dot by post[e] *
-    fl(1 / gs_a) (post = 1/gs_w), the exact float32 ops the host did before.
+    """nvfp4 in precision "bf16": the kernel scales each dot by fl(fl(1 /
+    gs_w[e]) * fl(1 / gs_a)), the exact float32 ops of torch's reciprocals.
     One-hot rows pick single weights: x * gs_a = 3 in bf16, 3 * e2m1 * s is
     exact, so every output is fl(3 e2m1 s * fl(post[e] * fl(1/3)))."""
     g = torch.Generator().manual_seed(11)
     E, N, K_ = 2, 16, 64
     w = (torch.randn(E, N, K_, generator=g) * 0.1).to(dev)
     q, gs = hm.quantize_expert_weights(w, "nvfp4")
-    fw = FusedWeights.from_quantized(q, gs, precisions=("bf16",))
+    fw = FusedWeights.from_quantized(q, gs)
     ws = hf.dequantize(hf.QuantizedTensor(q.codes, q.scales, torch.ones_like(gs).reshape(E, 1), "nvfp4"))  # e2m1 * s
     a_gs = torch.tensor(3.0, device=dev)
     x = torch.eye(K_, device=dev).repeat(E, 1)
     ids = torch.arange(E, device=dev).repeat_interleave(K_)
     y = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused").reshape(E, K_, N)
-    factor = fw.post_bf16 * (1.0 / a_gs)  # fl(post[e] * fl(1/3))
+    factor = (1.0 / fw.gscale) * (1.0 / a_gs)  # fl(fl(1/gs_w[e]) * fl(1/3))
     want = (3.0 * ws.transpose(1, 2)) * factor.reshape(E, 1, 1)
     assert torch.equal(y, want)
 

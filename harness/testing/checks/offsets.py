@@ -27,8 +27,7 @@ def check_fused_large_offsets(device="cpu", scheme_name="w_mxfp8", E=3, N=32, K=
     w = torch.randn(E, N, K, generator=g)
     q = hf.quantize(w, scheme.weight_fmt, scale_mode=scheme.scale_mode)
     fw = FusedWeights.from_quantized(q, None)
-    fw = dataclasses.replace(fw, data=fw.data.to(device), mult=fw.mult.to(device) if fw.mult is not None else None,
-                             mult_bf16=fw.mult_bf16.to(device) if fw.mult_bf16 is not None else None)
+    fw = dataclasses.replace(fw, data=fw.data.to(device), scales=fw.scales.to(device))
     S = 2**30 + 4096
     Kd = fw.data.shape[-1]
     big = torch.empty(E * S, dtype=torch.uint8, device=device)
