@@ -406,9 +406,12 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
             import multiprocessing
 
             ctx = multiprocessing.get_context("spawn")
-            with interrupt.deferred():  # the workers start now: not cut in half while their setup is written
-                pool = ctx.Pool(jobs, initializer=_init_worker, initargs=(triton_cache,))
+            pool = None
             try:
+                # the workers start now: not cut in half while their setup is written; a signal that came
+                # meanwhile is raised as the block ends, inside this try, so the pool is stopped below
+                with interrupt.deferred():
+                    pool = ctx.Pool(jobs, initializer=_init_worker, initargs=(triton_cache,))
                 results = pool.imap(_compile_task, [(item, t) for _, _, _, item, t in todo], chunksize=4)
                 for n, ((i, key, base, _, _), row) in enumerate(zip(todo, results)):
                     _cache_put(cache, key, row)
@@ -417,11 +420,13 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
                         progress(n + 1, len(todo))
                 pool.close()
             except BaseException:  # interrupted (or a worker failed): no compile outlives the run
-                _stop_pool(pool)
+                if pool is not None:
+                    _stop_pool(pool)
                 raise
             finally:
-                pool.terminate()
-                pool.join()
+                if pool is not None:
+                    pool.terminate()
+                    pool.join()
         else:
             for n, (i, key, base, item, t) in enumerate(todo):
                 row = compile_variant(_jit_for(item["kernel"]), item, TARGETS[t])

@@ -91,8 +91,9 @@ def gemm_variants(backend: str):
 
 def silu_variants(backend=None):
     k = fused_act._kernel()
-    types = dict(h_ptr="*fp32", out_ptr="*fp32", inter="i32", stride_h="i32", stride_o="i32")
-    yield _variant(k, "f32", types, fused_act.SILU_META)
+    for out in ("fp32", "bf16"):  # float32 out, or the next GEMM's bf16 operand
+        types = dict(h_ptr="*fp32", out_ptr="*" + out, inter="i32", stride_h="i32", stride_o="i32")
+        yield _variant(k, "f32" if out == "fp32" else "f32-to-bf16", types, fused_act.SILU_META)
 
 
 def scale_variants(backend=None):

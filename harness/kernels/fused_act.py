@@ -39,22 +39,26 @@ def _scale_kernel():
     return kernels(False, "fused_act_src").scale_to_bf16_kernel
 
 
-def silu_and_mul(h: torch.Tensor) -> torch.Tensor:
-    """h [P, 2I] float32 on CUDA (gate then up) -> silu(gate) * up [P, I].
-    A torch.library custom op, opaque to torch.compile (as moe_gemm)."""
+def silu_and_mul(h: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """h [P, 2I] float32 on CUDA (gate then up) -> silu(gate) * up [P, I] in
+    `out_dtype`: float32, or bfloat16 = the float32 result .to(bfloat16) (the
+    next GEMM's bf16 operand, without a float32 intermediate and a second
+    pass). A torch.library custom op, opaque to torch.compile (as moe_gemm)."""
     if h.device.type != "cuda" or h.dtype != torch.float32 or h.dim() != 2:
         raise ValueError(f"fused silu_and_mul takes a 2-D float32 CUDA tensor, got {h.dtype} {tuple(h.shape)} "
                          f"on {h.device}")
-    return _silu_and_mul_op(h)
+    if out_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"fused silu_and_mul writes float32 or bfloat16, got {out_dtype}")
+    return _silu_and_mul_op(h, out_dtype == torch.bfloat16)
 
 
 @torch.library.custom_op("moe_harness::silu_and_mul", mutates_args=())
-def _silu_and_mul_op(h: torch.Tensor) -> torch.Tensor:
+def _silu_and_mul_op(h: torch.Tensor, bf16: bool = False) -> torch.Tensor:
     P, two_i = h.shape
     inter = two_i // 2
     if h.stride(1) != 1:
         h = h.contiguous()
-    out = torch.empty(P, inter, dtype=torch.float32, device=h.device)
+    out = torch.empty(P, inter, dtype=torch.bfloat16 if bf16 else torch.float32, device=h.device)
     if P == 0 or inter == 0:
         return out
     grid = (P, triton_cdiv(inter, BLOCK))
@@ -63,8 +67,8 @@ def _silu_and_mul_op(h: torch.Tensor) -> torch.Tensor:
 
 
 @_silu_and_mul_op.register_fake
-def _silu_and_mul_fake(h):
-    return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=torch.float32)
+def _silu_and_mul_fake(h, bf16=False):
+    return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=torch.bfloat16 if bf16 else torch.float32)
 
 
 def scale_to_bf16(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:

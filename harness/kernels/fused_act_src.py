@@ -17,7 +17,8 @@ def silu_and_mul_kernel(h_ptr, out_ptr, inter, stride_h, stride_o, BLOCK: tl.con
     gate = tl.load(h_ptr + row * stride_h + cols, mask=m, other=0.0)
     up = tl.load(h_ptr + row * stride_h + inter + cols, mask=m, other=0.0)
     silu = tl.math.div_rn(gate, 1.0 + libdevice.exp(-gate))
-    tl.store(out_ptr + row * stride_o + cols, silu * up, mask=m)
+    # float32 product; a bf16 output rounds it once, to nearest even (torch's .to(bfloat16))
+    tl.store(out_ptr + row * stride_o + cols, (silu * up).to(out_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit

@@ -83,7 +83,9 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     """x [P / x_row_div, K] float32, ids [P] int64 expert of each pair -> [P,
     N] float32 = x[p // x_row_div] @ W[ids[p]].T (GEMM1 passes the tokens
     and top_k: no [P, K] copy of x). precision "bf16" with nvfp4 needs
-    a_gscale (the encode-side global scale x was QDQ'd with).
+    a_gscale (the encode-side global scale x was QDQ'd with). In precision
+    "bf16" (no post factor) x may come as bfloat16, already the operand x
+    rounds to: no conversion pass.
 
     mode "fused": dequant inside the GEMM's K loop (each weight tile is decoded
     once per BLOCK_M rows of its expert). "predequant": the same kernel's
@@ -115,7 +117,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         # rows gave 7.9e8 for weights of 0.06, triton 3.9); bf16 is a GPU path.
         raise ValueError("fused GEMM precision 'bf16' needs a CUDA/ROCm device: the Triton interpreter (CPU) does not "
                          "compute bf16 dots correctly; use precision 'ieee' (what 'auto' picks on CPU)")
-    xk = x.to(torch.float32)
+    xk = x if bf16 and not post and x.dtype == torch.bfloat16 else x.to(torch.float32)  # a bf16 x is the operand
     g = None
     if post:  # nvfp4: x * gs_a is exactly e2m1 * s in bf16
         if a_gscale is None:

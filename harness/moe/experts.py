@@ -12,6 +12,10 @@ Data flow of ExpertsBase.apply (P = T * top_k token/expert pairs, p = t*k + j):
     h2 = h2 + w2_bias[e]                         (expert_bias rows)
     out[t] = sum_j topk_weights[t, j] * h2[t*k + j]  -> hidden.dtype
 
+A fused weight-only layer running bf16 operands hands the GEMMs bf16 tensors
+(a bf16 hidden as it is, silu's output rounded in its own pass): the bits the
+GEMMs would round a float32 operand to, without the conversion passes.
+
 Biases are float32 rows added on the host side around both backends' GEMMs:
 the GEMM result (unfused: x @ dequant(W).T; fused: the kernel's output, its
 post-scaling for two-level weights included) is the fully scaled product, so
@@ -177,7 +181,12 @@ class ExpertsBase(torch.nn.Module):
         act = get_activation(activation)
         T, H = hidden.shape
         k = topk_ids.shape[1]
-        x = hidden.to(torch.float32)
+        # bf16 hand-offs: a weight-only layer whose GEMMs take bf16 operands (fused, precision "bf16", no
+        # activation QDQ, no post factor) gives them bf16 tensors (the bits they round to), sparing a
+        # conversion pass each; with the debug trace on, its float32 intermediates are kept as they are
+        handoff = (self.backend == "fused" and self.quant_dtype is None and self.trace is None
+                   and not self.scheme.two_level and self._precision(hidden.device) == "bf16")
+        x = hidden if handoff and hidden.dtype == torch.bfloat16 else hidden.to(torch.float32)
         if self.expects_unquantized_inputs:
             x = self.quantize_activation(x, self.a1_input_scale())
         w = self.dequantize_weights() if self.backend == "unfused" else None
@@ -188,7 +197,7 @@ class ExpertsBase(torch.nn.Module):
             layout = fused_gemm.pair_layout(ids, self._kernel_weights[0].E)
         h1 = _add_bias(self._gemm(x, ids, 0, w, layout, x_row_div=k), self.w13_bias, ids)  # pair p = token p // k
         if self.backend == "fused" and activation == "silu" and h1.is_cuda:
-            g = fused_act.silu_and_mul(h1)
+            g = fused_act.silu_and_mul(h1, torch.bfloat16 if handoff else torch.float32)
         else:
             g = act(h1)
         a = self.quantize_activation(g, self.a2_input_scale())

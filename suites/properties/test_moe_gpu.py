@@ -28,6 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.moe.arch import FAMILIES, ROUTING_ROWS
+from harness.moe.graphs import capture_forward
 from harness.moe.schemes import SCHEME_NAMES
 from harness.strategies import moe_problems
 from harness.testing.checks.stages import check_stages
@@ -230,6 +231,43 @@ def test_fused_silu_and_mul_is_bitwise_torch():
     assert bool(same.all()), f"{int((~same).sum())} of {same.numel()} elements differ, first at {(~same).nonzero()[:3].tolist()}"
     compiled = torch.compile(fused_act.silu_and_mul, fullgraph=True)
     assert torch.equal(compiled(h[:8]).view(torch.int32), got[:8].view(torch.int32))
+    # bf16 out: the float32 result rounded once (the next GEMM's operand), NaN payloads aside
+    got16, want16 = fused_act.silu_and_mul(h, torch.bfloat16), want.to(torch.bfloat16)
+    same = (got16.view(torch.int16) == want16.view(torch.int16)) | (got16.isnan() & want16.isnan())
+    assert got16.dtype == torch.bfloat16 and bool(same.all()), int((~same).sum())
+    with pytest.raises(ValueError, match="writes float32 or bfloat16"):
+        fused_act.silu_and_mul(h, torch.float16)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gpt_oss"])
+def test_weight_only_bf16_handoffs_change_no_bit(family):
+    """A fused w_mxfp4 layer at precision "bf16" hands its GEMMs bf16 tensors
+    (the bf16 hidden as is, silu rounded in its own pass); with the debug
+    trace on it keeps the float32 intermediates and converts in the GEMM.
+    Both give the same output bits, in eager mode and from a CUDA graph."""
+    import harness.moe as hm
+
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(3)
+    E, H, I, T, k = 8, 256, 128, 24, 2
+    w13, w2 = torch.randn(E, 2 * I, H, generator=g) * 0.05, torch.randn(E, H, I, generator=g) * 0.05
+    kw = {}
+    if family == "gpt_oss":
+        kw = dict(w13_bias=torch.randn(E, 2 * I, generator=g), w2_bias=torch.randn(E, H, generator=g))
+    moe = hm.build_emulated_moe("w_mxfp4", w13.to(dev), w2.to(dev), top_k=k, backend="fused",
+                                activation="swiglu_clamp" if family == "gpt_oss" else "silu",
+                                **{n: t.to(dev) for n, t in kw.items()})
+    x = (torch.randn(T, H, generator=g) * 2).to(dev, torch.bfloat16)
+    lg = torch.randn(T, E, generator=g).to(dev)
+    assert moe.experts._precision(dev) == "bf16"
+    fast = moe(x, lg)
+    moe.experts.trace = {}
+    slow = moe(x, lg)
+    assert moe.experts.trace["a1"].dtype == torch.float32
+    moe.experts.trace = None
+    assert torch.equal(fast.view(torch.int16), slow.view(torch.int16))
+    replay, _ = capture_forward(moe, x.clone(), lg.clone())
+    assert torch.equal(replay().view(torch.int16), fast.view(torch.int16))
 
 
 def test_fused_scale_to_bf16_is_bitwise_torch():

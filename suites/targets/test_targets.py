@@ -267,12 +267,12 @@ def test_cache_hits_when_unchanged_and_misses_when_the_launch_changes(tmp_path, 
 
     run = lambda: targets.run(["gfx942"], ["silu_and_mul_kernel"], jobs=1, cache_dir=tmp_path)  # noqa: E731
     first, second = run(), run()
-    # one launch configuration, compiled per integer specialisation (any, div16)
-    assert (first["meta"]["compiled"], first["meta"]["cached"]) == (2, 0)
-    assert (second["meta"]["compiled"], second["meta"]["cached"]) == (0, 2)
+    # two launch configurations (float32 and bf16 out), each compiled per integer specialisation (any, div16)
+    assert (first["meta"]["compiled"], first["meta"]["cached"]) == (4, 0)
+    assert (second["meta"]["compiled"], second["meta"]["cached"]) == (0, 4)
     assert [r["n_regs"] for r in second["results"]] == [r["n_regs"] for r in first["results"]]
     monkeypatch.setattr(fused_act, "SILU_META", dict(fused_act.SILU_META, num_warps=8))
-    assert run()["meta"]["compiled"] == 2
+    assert run()["meta"]["compiled"] == 4
     # a changed limit re-judges cached rows without compiling
     monkeypatch.setitem(targets.TARGETS, "gfx942", dataclasses.replace(targets.TARGETS["gfx942"], shared_limit=-1))
     again = run()
