@@ -86,7 +86,8 @@ def route_arch(router_logits: torch.Tensor, arch: MoEArch, e_score_correction_bi
         topk_weights = torch.gather(_scores(logits, arch.scoring), 1, topk_ids)
         if arch.renormalize:
             topk_weights = topk_weights / topk_weights.sum(dim=-1, keepdim=True)
-    topk_weights = topk_weights * float(arch.routed_scaling_factor)
+    if float(arch.routed_scaling_factor) != 1.0:  # x * 1.0 is x, bit for bit: no pass for it
+        topk_weights = topk_weights * float(arch.routed_scaling_factor)
     return topk_weights.to(F32), topk_ids
 
 
