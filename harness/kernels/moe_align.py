@@ -26,8 +26,7 @@ from harness.kernels.loader import kernels
 MAX_PAIRS = 128  # [P, P] int32 comparison in one program: 16K elements
 MAX_EXPERTS = 256
 NUM_WARPS = 4
-FILL_CHUNK = 64  # block_expert entries per loop step (each a [FILL_CHUNK, E] comparison)
-ROW_FILL = 1024  # rows set to -1 per loop step (Qwen3 at T=16: 2048 rows in 2 steps, not 32)
+FILL_CHUNK = 64  # rows / blocks written per loop step
 
 
 def _kernel(interpret: bool):
@@ -41,8 +40,7 @@ def applies(num_pairs: int, num_experts: int) -> bool:
 
 def meta(num_pairs: int, num_experts: int) -> dict:
     return dict(P_PAD=max(16, triton.next_power_of_2(num_pairs)),
-                E_PAD=max(16, triton.next_power_of_2(num_experts)), FILL=FILL_CHUNK, ROW_FILL=ROW_FILL,
-                num_warps=NUM_WARPS)
+                E_PAD=max(16, triton.next_power_of_2(num_experts)), FILL=FILL_CHUNK, num_warps=NUM_WARPS)
 
 
 def num_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:

@@ -12,7 +12,7 @@ def _sum(x, axis: tl.constexpr):
 
 @triton.jit
 def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS, BLOCK_M,
-                  P_PAD: tl.constexpr, E_PAD: tl.constexpr, FILL: tl.constexpr, ROW_FILL: tl.constexpr):
+                  P_PAD: tl.constexpr, E_PAD: tl.constexpr, FILL: tl.constexpr):
     offs = tl.arange(0, P_PAD)
     pm = offs < P
     e = tl.load(ids_ptr + offs, mask=pm, other=-1).to(tl.int32)  # -1: a padding lane, no expert
@@ -26,9 +26,9 @@ def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS, BLOCK_M,
     pad_start = pad_end - padded
     start_of_pair = _sum(tl.where(onehot, pad_start[:, None], 0), 0)  # [P_PAD]
     dest = start_of_pair + rank
-    for r0 in range(0, NROWS, ROW_FILL):
-        ro = r0 + tl.arange(0, ROW_FILL)
-        tl.store(rows_ptr + ro, tl.full((ROW_FILL,), -1, tl.int64), mask=ro < NROWS)
+    for r0 in range(0, NROWS, FILL):
+        ro = r0 + tl.arange(0, FILL)
+        tl.store(rows_ptr + ro, tl.full((FILL,), -1, tl.int64), mask=ro < NROWS)
     tl.debug_barrier()  # the -1 fill lands before the pair ids (other threads' lanes)
     tl.store(rows_ptr + dest, offs.to(tl.int64), mask=pm)
     for b0 in range(0, NB, FILL):
