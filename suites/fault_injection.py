@@ -314,10 +314,10 @@ FAULTS += [
      "            topk_weights = torch.ones_like(topk_weights)\n", "            pass\n",
      [R + "test_family_router_weight_on_input.py::test_weight_on_the_input_only"]),
     ("experts: bias added before the dequantized GEMM's scale", "harness/moe/experts.py",
-     "_add_bias(self._gemm(x, ids, 0, w, layout, x_row_div=k), self.w13_bias, ids)",
-     "_add_bias(self._gemm(x, ids, 0, w, layout, x_row_div=k), self.w13_bias if self.w13_bias is None "
+     "self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias)",
+     "self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias if self.w13_bias is None "
      "or self.quant_config is None or self.quant_config.w13_gscale is None "
-     "else self.w13_bias / self.quant_config.w13_gscale.reshape(-1, 1), ids)",
+     "else self.w13_bias / self.quant_config.w13_gscale.reshape(-1, 1))",
      [R + "test_family_bias_after_scale.py::test_bias_after_the_scale"]),
     ("experts: activation format taken from the weight row", "harness/moe/experts.py",
      "    def quant_dtype(self):\n        return self.scheme.quant_dtype",
@@ -749,6 +749,42 @@ FAULTS += [
      "    return m + (num_pairs - m) // block_m", "    return m + (num_pairs - m) // block_m - 1",
      ["suites/properties/test_kernels_moe_align.py::test_layout_places_every_pair_once_within_its_bound"]),
 ]
+
+# The GEMM epilogue: the expert bias and the router weight of each pair, the bits of the torch ops.
+EP = "suites/properties/test_kernels_epilogue.py::"
+FAULTS += [
+    ("GEMM epilogue: router weight of the block's row slot, not of its pair", "harness/kernels/fused_gemm_src.py",
+     "acc = acc * tl.load(row_scale_ptr + rows_safe)[:, None]",
+     "acc = acc * tl.load(row_scale_ptr + offs_m)[:, None]",
+     [EP + "test_epilogue_is_the_torch_ops_bitwise"]),
+    ("GEMM epilogue: bias applied after the router weight", "harness/kernels/fused_gemm_src.py",
+     "        if HAS_BIAS:\n            acc = acc + tl.load(bias_ptr + e * N + offs_n, mask=nmask, other=0.0)[None, :]\n"
+     "        if ROW_SCALE:\n            acc = acc * tl.load(row_scale_ptr + rows_safe)[:, None]\n",
+     "        if ROW_SCALE:\n            acc = acc * tl.load(row_scale_ptr + rows_safe)[:, None]\n"
+     "        if HAS_BIAS:\n            acc = acc + tl.load(bias_ptr + e * N + offs_n, mask=nmask, other=0.0)[None, :]\n",
+     [EP + "test_epilogue_is_the_torch_ops_bitwise"]),
+    ("GEMM epilogue: the host forgets the bias a split launch left", "harness/kernels/fused_gemm.py",
+     "    if bias is not None and not cfg.HAS_BIAS:\n", "    if False:\n",
+     [EP + "test_epilogue_is_the_torch_ops_bitwise"]),
+    ("GEMM epilogue: the bias fused after a post factor", "harness/kernels/launch_config.py",
+     "    in_bias = bias and one_split and not has_post", "    in_bias = bias and one_split",
+     [EP + "test_which_launch_does_its_epilogue"]),
+]
+
+# The routing's one-launch top-k: the indices of the stable descending sort.
+TK = "suites/properties/test_kernels_topk.py::"
+FAULTS += [
+    ("top-k: -0.0 ranked below +0.0", "harness/kernels/topk_src.py",
+     "    b = tl.where(b == -2147483648, 0, b)", "    b = b",
+     [TK + "test_topk_is_the_stable_sort", TK + "test_topk_edges"]),
+    ("top-k: ties to the higher index", "harness/kernels/topk_src.py",
+     "    key = (mono.to(tl.int64) << IDX_BITS) + (low - e)", "    key = (mono.to(tl.int64) << IDX_BITS) + e",
+     [TK + "test_topk_is_the_stable_sort", TK + "test_topk_edges"]),
+    ("top-k: NaN keys ranked by their bits, not above +Inf", "harness/kernels/topk_src.py",
+     "    mono = tl.where(v != v, 2147483647, mono)", "    mono = mono",
+     [TK + "test_topk_is_the_stable_sort", TK + "test_topk_edges"]),
+]
+
 
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its

@@ -7,7 +7,9 @@ the vendor of the backend) and fused_act's *_META: for every weight format
 of the format table (and float weights for the "bf16" baseline), precision
 "ieee" and "bf16", every BLOCK_M class (pair_layout.BLOCK_MS), mode "fused"
 (with a short K loop where the tables have a row for it) and both launches
-of mode "predequant", masked and unmasked N/K tails.
+of mode "predequant", masked and unmasked N/K tails, and every epilogue a
+GEMM launch can get (EPILOGUES: none, the router weights of GEMM2, the bias
+of gpt-oss's GEMM1, both; the bias stays on the host after a post factor).
 """
 from __future__ import annotations
 
@@ -38,7 +40,22 @@ def _variant(kernel, config, types, meta):
 def _gemm_types(x_dt, w_dt):
     return dict(x_ptr=ptr(x_dt), rows_ptr="*i64", block_expert_ptr="*i32", w_ptr=ptr(w_dt),
                 scale_ptr="*u8" if w_dt == torch.uint8 else "*fp32", wgs_ptr="*fp32", gs_ptr="*fp32",
-                out_ptr="*fp32", **{n: "i32" for n in _INTS})
+                out_ptr="*fp32", bias_ptr="*fp32", row_scale_ptr="*fp32", **{n: "i32" for n in _INTS})
+
+
+# (bias, row_scale) as the experts ask for them, named by what the launch then does in its epilogue
+EPILOGUES = ((False, False), (False, True), (True, False), (True, True))
+
+
+def _epilogue_launches(launch, **kw):
+    """(name suffix, LaunchConfig) per distinct epilogue of the launch."""
+    seen = set()
+    for bias, rs in EPILOGUES:
+        cfg = launch(bias=bias, row_scale=rs, **kw)
+        key = (cfg.HAS_BIAS, cfg.ROW_SCALE)
+        if key not in seen:
+            seen.add(key)
+            yield (".bias" if cfg.HAS_BIAS else "") + (".rs" if cfg.ROW_SCALE else ""), cfg
 
 
 def weight_formats():
@@ -53,6 +70,9 @@ def gemm_variants(backend: str):
     def launch(name, **kw):
         return select_launch(name, vendor, n=0, **kw)
 
+    def gemms(name, **kw):
+        return _epilogue_launches(lambda **e: launch(name, **e), **kw)
+
     for prec in ("ieee", "bf16"):
         bf16 = prec == "bf16"
         x_dt = torch.bfloat16 if bf16 else torch.float32
@@ -63,14 +83,15 @@ def gemm_variants(backend: str):
                 for fmt in weight_formats():
                     post = bf16 and get_format(fmt).has_global_scale  # 1/(gs_w * gs_a) after the dot
                     # mode "fused": codes decoded in the K loop
-                    fused = launch("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, k=0, override=ov)
-                    yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, torch.uint8),
-                                   fused.meta())
-                    short = launch("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, k=SHORT_K_MAX,
-                                   override=ov)
-                    if short.row != fused.row:  # a short K loop (K <= SHORT_K_MAX) takes a row of its own
-                        yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.shortk", _gemm_types(x_dt, torch.uint8),
-                                       short.meta())
+                    for epi, fused in gemms("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, k=0,
+                                            override=ov):
+                        yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}{epi}", _gemm_types(x_dt, torch.uint8),
+                                       fused.meta())
+                    for epi, short in gemms("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm,
+                                            k=SHORT_K_MAX, override=ov):
+                        if short.row != fused.row:  # a short K loop (K <= SHORT_K_MAX) takes a row of its own
+                            yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.shortk{epi}",
+                                           _gemm_types(x_dt, torch.uint8), short.meta())
                     # mode "predequant": the dequant-only pass, then the GEMM on the float scratch
                     if bm == BLOCK_MS[0]:
                         meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov).meta()
@@ -78,21 +99,30 @@ def gemm_variants(backend: str):
                                      block_expert_ptr=ptr(x_dt), gs_ptr=ptr(x_dt),
                                      wgs_ptr="*fp32" if get_format(fmt).is_two_level else ptr(x_dt), out_ptr=ptr(x_dt))
                         yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)
-                    meta = launch("scratch_gemm", kind=0, bf16=bf16, has_post=post, block_m=bm, k=0,
-                                  w_bytes=x_dt.itemsize, override=ov).meta()
-                    yield _variant(k, f"predequant.gemm.{prec}.bm{bm}.{tail}" + (".post" if post else ""),
-                                   _gemm_types(x_dt, x_dt), meta)
+                    for epi, cfg in gemms("scratch_gemm", kind=0, bf16=bf16, has_post=post, block_m=bm, k=0,
+                                          w_bytes=x_dt.itemsize, override=ov):
+                        yield _variant(k, f"predequant.gemm.{prec}.bm{bm}.{tail}" + (".post" if post else "") + epi,
+                                       _gemm_types(x_dt, x_dt), cfg.meta())
                 # float weights as given (scheme "bf16", FusedWeights.from_float)
                 for w_dt in FLOAT_DTYPES:
-                    meta = launch("gemm", kind=0, bf16=bf16, block_m=bm, k=0, w_bytes=w_dt.itemsize,
-                                  override=ov).meta()
-                    yield _variant(k, f"float.w{_DT[w_dt]}.{prec}.bm{bm}.{tail}", _gemm_types(x_dt, w_dt), meta)
+                    for epi, cfg in gemms("gemm", kind=0, bf16=bf16, block_m=bm, k=0, w_bytes=w_dt.itemsize,
+                                          override=ov):
+                        yield _variant(k, f"float.w{_DT[w_dt]}.{prec}.bm{bm}.{tail}{epi}", _gemm_types(x_dt, w_dt),
+                                       cfg.meta())
 
 
 def silu_variants(backend=None):
     k = fused_act._kernel()
     for out in ("fp32", "bf16"):  # float32 out, or the next GEMM's bf16 operand
         types = dict(h_ptr="*fp32", out_ptr="*" + out, inter="i32", stride_h="i32", stride_o="i32")
+        yield _variant(k, "f32" if out == "fp32" else "f32-to-bf16", types, fused_act.SILU_META)
+
+
+def swiglu_variants(backend=None):
+    k = fused_act._swiglu_kernel()
+    for out in ("fp32", "bf16"):
+        types = dict(h_ptr="*fp32", out_ptr="*" + out, inter="i32", stride_h="i32", stride_o="i32", limit="fp32",
+                     alpha="fp32")
         yield _variant(k, "f32" if out == "fp32" else "f32-to-bf16", types, fused_act.SILU_META)
 
 
@@ -104,6 +134,7 @@ def scale_variants(backend=None):
 
 register("_moe_gemm_kernel", lambda: fused_gemm._kernel(False), gemm_variants)
 register("silu_and_mul_kernel", fused_act._kernel, silu_variants)
+register("swiglu_clamp_kernel", fused_act._swiglu_kernel, swiglu_variants)
 register("scale_to_bf16_kernel", fused_act._scale_kernel, scale_variants)
 
 
@@ -125,3 +156,18 @@ def align_variants(backend=None):
 
 register("_align_kernel", lambda: __import__("harness.kernels.moe_align", fromlist=["_kernel"])._kernel(False),
          align_variants)
+
+
+def topk_variants(backend=None):
+    """Every key-row width the routing can launch (E padded to a power of two; k is a runtime int)."""
+    from harness.kernels import topk
+
+    k = topk._kernel(False)
+    types = dict(keys_ptr="*fp32", ids_ptr="*i64", T="i32", E="i32", stride_t="i32", K="i32")
+    for e_pad in sorted({topk.meta(e)["E_PAD"] for e in range(1, topk.MAX_EXPERTS + 1)}):
+        meta = topk.meta(e_pad)
+        yield _variant(k, f"e{e_pad}", types, meta)
+
+
+register("_topk_kernel", lambda: __import__("harness.kernels.topk", fromlist=["_kernel"])._kernel(False),
+         topk_variants)

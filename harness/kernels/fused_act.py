@@ -10,6 +10,13 @@ contraction; one read of h and one write instead of two kernels and an
 intermediate (~0.5 ms less GPU kernel time per Mixtral T=4096 forward,
 docs/benchmarks.md).
 
+swiglu_clamp (activations.swiglu_clamp on float32, gpt-oss's clamped
+SwiGLU): ATen's clamp (NaN returned as it is), alpha * gate with alpha
+rounded to float32 as ATen rounds a Python scalar, ATen's CUDA sigmoid 1 /
+(1 + expf(-z)) with IEEE division, then the float32 products and sum in the
+expression's order, no FMA contraction: seven elementwise kernels in one
+pass.
+
 scale_to_bf16 ((x * g).to(bfloat16), nvfp4's x * gs_a before the bf16 GEMM):
 torch runs it as two passes, or as one slow mixed-dtype pass with out=.
 
@@ -23,6 +30,10 @@ import torch
 from harness.kernels.launch import triton_cdiv
 from harness.kernels.loader import kernels
 
+# gpt-oss's clamped SwiGLU constants (harness.moe.activations reads them from here: kernels are the floor below)
+SWIGLU_LIMIT = 7.0
+SWIGLU_ALPHA = 1.702
+
 BLOCK = 1024
 # Launch constexprs and compile options (fused_aot.py compiles the same).
 SILU_META = dict(BLOCK=BLOCK, num_warps=4, enable_fp_fusion=False)
@@ -32,6 +43,11 @@ SCALE_META = dict(BLOCK=4096, num_warps=8, enable_fp_fusion=False)
 def _kernel():
     """silu_and_mul_kernel (fused_act_src.py), compiled."""
     return kernels(False, "fused_act_src").silu_and_mul_kernel
+
+
+def _swiglu_kernel():
+    """swiglu_clamp_kernel (fused_act_src.py), compiled."""
+    return kernels(False, "fused_act_src").swiglu_clamp_kernel
 
 
 def _scale_kernel():
@@ -69,6 +85,42 @@ def _silu_and_mul_op(h: torch.Tensor, bf16: bool = False) -> torch.Tensor:
 @_silu_and_mul_op.register_fake
 def _silu_and_mul_fake(h, bf16=False):
     return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=torch.bfloat16 if bf16 else torch.float32)
+
+
+def swiglu_clamp(h: torch.Tensor, out_dtype: torch.dtype = torch.float32, limit: float = SWIGLU_LIMIT,
+                 alpha: float = SWIGLU_ALPHA) -> torch.Tensor:
+    """h [P, 2I] float32 on CUDA (gate then up) -> activations.swiglu_clamp(h,
+    limit, alpha) [P, I] in `out_dtype` (bfloat16: the float32 result
+    .to(bfloat16)), bit for bit, in one pass. A custom op, as silu_and_mul."""
+    if h.device.type != "cuda" or h.dtype != torch.float32 or h.dim() != 2:
+        raise ValueError(f"fused swiglu_clamp takes a 2-D float32 CUDA tensor, got {h.dtype} {tuple(h.shape)} "
+                         f"on {h.device}")
+    if out_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"fused swiglu_clamp writes float32 or bfloat16, got {out_dtype}")
+    return _swiglu_clamp_op(h, out_dtype == torch.bfloat16, float(limit), float(alpha))
+
+
+@torch.library.custom_op("moe_harness::swiglu_clamp", mutates_args=())
+def _swiglu_clamp_op(h: torch.Tensor, bf16: bool, limit: float, alpha: float) -> torch.Tensor:
+    P, two_i = h.shape
+    inter = two_i // 2
+    if h.stride(1) != 1:
+        h = h.contiguous()
+    out = torch.empty(P, inter, dtype=torch.bfloat16 if bf16 else torch.float32, device=h.device)
+    if P == 0 or inter == 0:
+        return out
+    grid = (P, triton_cdiv(inter, BLOCK))
+    _swiglu_kernel()[grid](h, out, inter, h.stride(0), out.stride(0), limit, alpha, **SILU_META)
+    return out
+
+
+@_swiglu_clamp_op.register_fake
+def _swiglu_clamp_fake(h, bf16, limit, alpha):
+    return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=torch.bfloat16 if bf16 else torch.float32)
+
+
+# The activations (harness.moe.activations' names) with a one-pass kernel, each (h, out_dtype) -> [P, I]
+ACTIVATIONS = {"silu": silu_and_mul, "swiglu_clamp": swiglu_clamp}
 
 
 def scale_to_bf16(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:

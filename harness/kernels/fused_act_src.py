@@ -22,6 +22,22 @@ def silu_and_mul_kernel(h_ptr, out_ptr, inter, stride_h, stride_o, BLOCK: tl.con
 
 
 @triton.jit
+def swiglu_clamp_kernel(h_ptr, out_ptr, inter, stride_h, stride_o, limit, alpha, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = cols < inter
+    gate = tl.load(h_ptr + row * stride_h + cols, mask=m, other=0.0)
+    up = tl.load(h_ptr + row * stride_h + inter + cols, mask=m, other=0.0)
+    # ATen's clamp returns a NaN input as it is, else min / max of it and the bound(s)
+    gate = tl.where(gate != gate, gate, tl.minimum(gate, limit))
+    up = tl.where(up != up, up, tl.minimum(tl.maximum(up, -limit), limit))
+    # ATen's CUDA sigmoid: 1 / (1 + expf(-z)) in float32, IEEE division
+    sig = tl.math.div_rn(1.0, 1.0 + libdevice.exp(-(alpha * gate)))
+    out = (up + 1.0) * (gate * sig)
+    tl.store(out_ptr + row * stride_o + cols, out.to(out_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
 def scale_to_bf16_kernel(x_ptr, g_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n

@@ -45,7 +45,8 @@ def _kernel(interpret: bool):
 def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
              a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
              config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
-             x_row_div: int = 1) -> torch.Tensor:
+             x_row_div: int = 1, bias: Optional[torch.Tensor] = None,
+             row_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """See _moe_gemm_impl. Launched through the custom op moe_harness::moe_gemm,
     opaque to torch.compile (dynamo cannot trace Triton's launcher state), so
     compiled forwards keep one graph; a launch override `config` (tuning
@@ -53,36 +54,45 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
     directly."""
     if config is not None:
         return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m,
-                              config=config, mode=mode, layout=layout, x_row_div=x_row_div)
+                              config=config, mode=mode, layout=layout, x_row_div=x_row_div, bias=bias,
+                              row_scale=row_scale)
     rows, block_expert, bm = layout if layout is not None else (None, None, block_m or 0)
     return _moe_gemm_op(x, ids, fw.data, fw.scales, fw.gscale, a_gscale, fw.kind,
-                        fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert, x_row_div)
+                        fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert, x_row_div,
+                        bias, row_scale)
 
 
 @torch.library.custom_op("moe_harness::moe_gemm", mutates_args=())
 def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales: Optional[torch.Tensor],
                  gscale: Optional[torch.Tensor], a_gscale: Optional[torch.Tensor], kind: int, fmt: str, E: int,
                  N: int, K: int, precision: str, block_m: int, mode: str, rows: Optional[torch.Tensor] = None,
-                 block_expert: Optional[torch.Tensor] = None, x_row_div: int = 1) -> torch.Tensor:
+                 block_expert: Optional[torch.Tensor] = None, x_row_div: int = 1,
+                 bias: Optional[torch.Tensor] = None, row_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     fw = FusedWeights(kind, data, scales, gscale, fmt or None, E, N, K)
     layout = (rows, block_expert, block_m) if rows is not None else None
     return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode,
-                          layout=layout, x_row_div=x_row_div)
+                          layout=layout, x_row_div=x_row_div, bias=bias, row_scale=row_scale)
 
 
 @_moe_gemm_op.register_fake
 def _moe_gemm_fake(x, ids, data, scales, gscale, a_gscale, kind, fmt, E, N, K, precision, block_m, mode,
-                   rows=None, block_expert=None, x_row_div=1):
+                   rows=None, block_expert=None, x_row_div=1, bias=None, row_scale=None):
     return x.new_empty((ids.shape[0], N), dtype=torch.float32)
 
 
 def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
                    a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
                    config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
-                   x_row_div: int = 1) -> torch.Tensor:
+                   x_row_div: int = 1, bias: Optional[torch.Tensor] = None,
+                   row_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """x [P / x_row_div, K] float32, ids [P] int64 expert of each pair -> [P,
     N] float32 = x[p // x_row_div] @ W[ids[p]].T (GEMM1 passes the tokens
-    and top_k: no [P, K] copy of x). precision "bf16" with nvfp4 needs
+    and top_k: no [P, K] copy of x); then, where given, + bias[ids[p]] (bias
+    [E, N] float32) and * row_scale[p] (row_scale [P] float32), each one
+    float32 operation with the bits of torch's `h + bias.index_select(0, ids)`
+    and `h * row_scale[:, None]`: in the kernel's epilogue where the launch
+    can (one K split; the bias not after a post factor), else by those torch
+    ops after the split sum. precision "bf16" with nvfp4 needs
     a_gscale (the encode-side global scale x was QDQ'd with). In precision
     "bf16" (no post factor) x may come as bfloat16, already the operand x
     rounds to: no conversion pass.
@@ -105,6 +115,10 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     if not isinstance(x_row_div, int) or x_row_div < 1 or x.shape[0] * x_row_div != P:
         raise ValueError(f"x has {x.shape[0]} rows and x_row_div={x_row_div!r}: expected {P} pairs (ids) = rows x "
                          f"x_row_div")
+    if bias is not None and (bias.dtype != torch.float32 or tuple(bias.shape) != (fw.E, fw.N)):
+        raise ValueError(f"bias must be float32 [E, N] = [{fw.E}, {fw.N}], got {bias.dtype} {tuple(bias.shape)}")
+    if row_scale is not None and (row_scale.dtype != torch.float32 or tuple(row_scale.shape) != (P,)):
+        raise ValueError(f"row_scale must be float32 [P] = [{P}], got {row_scale.dtype} {tuple(row_scale.shape)}")
     out = torch.empty(P, fw.N, dtype=torch.float32, device=x.device)
     if P == 0:
         return out
@@ -143,7 +157,8 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         launch = "scratch_gemm"
     cfg = select_launch(launch, vendor, kind=run_fw.kind, fmt=run_fw.fmt, bf16=bf16, has_post=post,
                         block_m=bm, n=fw.N, k=K, w_bytes=run_fw.data.element_size(), pairs=P, experts=fw.E,
-                        sm_count=None if interpret else sm_count(x.device), override=config)
+                        sm_count=None if interpret else sm_count(x.device), bias=bias is not None,
+                        row_scale=row_scale is not None, override=config)
     n_tiles = triton_cdiv(fw.N, cfg.BLOCK_N)
     splits = cfg.SPLIT_K
     # Split-K partials land in [splits, P, N] and are summed in split order
@@ -155,13 +170,21 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     grid = (block_expert.shape[0], n_tiles, splits)
     dummy = out
     sc = run_fw.scales
+    bias_k = bias.contiguous() if cfg.HAS_BIAS else dummy
+    rs_k = row_scale.contiguous() if cfg.ROW_SCALE else dummy
     args = (xk, rows, block_expert, run_fw.data, sc if sc is not None else dummy,
-            fw.gscale if two_level else dummy, g.reshape(1) if g is not None else dummy, part, fw.N, K,
+            fw.gscale if two_level else dummy, g.reshape(1) if g is not None else dummy, part, bias_k, rs_k,
+            fw.N, K,
             xk.stride(0), out.stride(0),
             run_fw.data.stride(0), run_fw.data.stride(1), sc.stride(0) if sc is not None else 0,
             sc.stride(1) if sc is not None else 0, cfg.SPLIT_BLOCKS, P * fw.N, x_row_div)
     run_kernel(_kernel(interpret), grid, args, cfg.meta(), interpret)
-    return out if splits == 1 else part.sum(0)
+    out = out if splits == 1 else part.sum(0)
+    if bias is not None and not cfg.HAS_BIAS:
+        out = out + bias.index_select(0, ids)
+    if row_scale is not None and not cfg.ROW_SCALE:
+        out = out * row_scale[:, None]
+    return out
 
 
 def _dequantize(fw: FusedWeights, dtype: torch.dtype, config: Optional[dict] = None) -> torch.Tensor:
@@ -175,7 +198,7 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, config: Optional[dict] = N
     grid = (fw.E, triton_cdiv(fw.N, cfg.BLOCK_N))
     sc = fw.scales if fw.scales is not None else out
     gs = fw.gscale if fw.gscale is not None else out
-    args = (out, out, out, fw.data, sc, gs, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
+    args = (out, out, out, fw.data, sc, gs, out, out, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
             fw.data.stride(0), fw.data.stride(1), sc.stride(0) if fw.scales is not None else 0,
             sc.stride(1) if fw.scales is not None else 0, cfg.SPLIT_BLOCKS, 0, 1)
     run_kernel(_kernel(vendor == "interpreter"), grid, args, cfg.meta(), vendor == "interpreter")

@@ -69,6 +69,7 @@ def _block_mult(sc, gs_w, TWO_LEVEL: tl.constexpr, RAW_S: tl.constexpr, S_MBITS:
 @triton.jit
 def _moe_gemm_kernel(
     x_ptr, rows_ptr, block_expert_ptr, w_ptr, scale_ptr, wgs_ptr, gs_ptr, out_ptr,
+    bias_ptr, row_scale_ptr,  # HAS_BIAS: bias [E, N] float32 (row stride N); ROW_SCALE: [pairs] float32
     N, K, stride_xm, stride_om,
     stride_we, stride_wn, stride_me, stride_mn,
     SPLIT_BLOCKS, stride_os,  # split-K: program_id(2) sums BLOCK_Ks [pid*SPLIT_BLOCKS, +SPLIT_BLOCKS) into out + pid*stride_os
@@ -92,6 +93,8 @@ def _moe_gemm_kernel(
     EVEN_NK: tl.constexpr = False,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: weight loads need no masks
     BYTE_DECODE: tl.constexpr = False,  # e2m1 under FAST_DECODE and PACK_JOIN: _decode_fp4_bytes
     BF16_DECODE: tl.constexpr = False,  # e2m1 bytes decoded and scaled in bf16 (precision "bf16" GEMMs only)
+    # the epilogue of one split (the host sets them only with SPLIT_K 1): + bias[e, n], then * row_scale[pair]
+    HAS_BIAS: tl.constexpr = False, ROW_SCALE: tl.constexpr = False,
 ):
     # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
     BYTES_E2M1: tl.constexpr = BYTE_DECODE and FAST_DECODE and SPECIALS == 0 and WIDTH == 4
@@ -197,5 +200,12 @@ def _moe_gemm_kernel(
     if not DEQUANT_ONLY:
         if HAS_POST:  # nvfp4 in bf16: 1/(gs_w[e] gs_a) as fl(fl(1 / gs_w[e]) * fl(1 / gs_a))
             acc = acc * (tl.math.div_rn(1.0, tl.load(wgs_ptr + e)) * tl.math.div_rn(1.0, tl.load(gs_ptr)))
+        # The torch ops the epilogue replaces, in their order and rounding: h + bias[ids] (one float32
+        # add; never after HAS_POST's multiply, where the compiler could contract the two into an FMA),
+        # then h * weight of the pair (one float32 multiply)
+        if HAS_BIAS:
+            acc = acc + tl.load(bias_ptr + e * N + offs_n, mask=nmask, other=0.0)[None, :]
+        if ROW_SCALE:
+            acc = acc * tl.load(row_scale_ptr + rows_safe)[:, None]
         tl.store(out_ptr + pid_k.to(tl.int64) * stride_os + rows_safe[:, None] * stride_om + offs_n[None, :], acc,
                  mask=rmask[:, None] & nmask[None, :])

@@ -165,6 +165,8 @@ class LaunchConfig:
     BF16: bool
     HAS_POST: bool
     RAW_S: bool  # two-level codes multiplied by s alone (bf16 operands or scratch; 1/gs after the dot)
+    HAS_BIAS: bool  # the epilogue adds the expert's bias row (else the host does, after the split sum)
+    ROW_SCALE: bool  # the epilogue multiplies each pair's row by its weight (else the host does)
     DEQUANT_ONLY: bool
     BLOCK_M: int
     BLOCK_N: int
@@ -183,7 +185,7 @@ class LaunchConfig:
     def meta(self) -> dict:
         """The kernel's constexprs and compile options, as the launcher passes them."""
         out = dict(KIND=self.KIND, BF16=self.BF16, HAS_POST=self.HAS_POST, RAW_S=self.RAW_S,
-                   DEQUANT_ONLY=self.DEQUANT_ONLY,
+                   HAS_BIAS=self.HAS_BIAS, ROW_SCALE=self.ROW_SCALE, DEQUANT_ONLY=self.DEQUANT_ONLY,
                    BLOCK_M=self.BLOCK_M, **format_constexprs(self.KIND, self.fmt))
         out.update((k, getattr(self, k)) for k in _LAUNCH_KEYS if getattr(self, k) is not None)
         return out
@@ -273,7 +275,7 @@ def set_row(table: str, row: str, value: LaunchRow) -> LaunchRow:
 def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: Optional[str] = None,
                   bf16: bool = False, has_post: bool = False, block_m: int = DEQUANT_BLOCK_M, w_bytes: int = 1,
                   pairs: int = 0, experts: int = 0, sm_count: Optional[int] = None,
-                  override: Optional[Mapping] = None) -> LaunchConfig:
+                  bias: bool = False, row_scale: bool = False, override: Optional[Mapping] = None) -> LaunchConfig:
     """The launch configuration of one launch (LAUNCHES) on `vendor` (VENDORS).
 
     kind: the weights it reads (0 float, 1 element codes of `fmt`); bf16: tl.dot
@@ -282,7 +284,11 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     GEMM's N and K (0 where unknown: the compile check); w_bytes: bytes per
     stored weight element. The K split: SPLIT_K of the override, else
     split_k.split_k from pairs, experts and sm_count (no split without an SM
-    count: the interpreter, the compile check)."""
+    count: the interpreter, the compile check). bias / row_scale: the caller
+    wants h + bias[e] and then h * row_scale[pair] after the GEMM; the
+    epilogue does them (HAS_BIAS / ROW_SCALE) in one split only, and the bias
+    never after a post factor (a multiply then an add may be contracted into
+    an FMA): what the launch leaves, the host does with the same torch ops."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
     if vendor not in VENDORS:
@@ -327,8 +333,12 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     split_blocks = triton_cdiv(k_blocks, splits)
     if split_blocks:
         splits = triton_cdiv(k_blocks, split_blocks)  # no empty split
+    one_split = splits == 1 and not dequant
+    in_bias = bias and one_split and not has_post
     return LaunchConfig(launch=launch, vendor=vendor, table=table, row=name, fmt=None if kind == 0 else fmt,
                         KIND=kind, BF16=bf16 and not dequant, HAS_POST=has_post and not dequant,
+                        # the row scale comes after the bias: in the kernel only if the bias is there too (or none)
+                        HAS_BIAS=in_bias, ROW_SCALE=row_scale and one_split and (in_bias or not bias),
                         RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
                         DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, EVEN_NK=even_nk, SPLIT_K=splits,
                         SPLIT_BLOCKS=split_blocks)

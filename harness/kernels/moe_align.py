@@ -25,7 +25,7 @@ from harness.kernels.loader import kernels
 
 MAX_PAIRS = 128  # [P, P] int32 comparison in one program: 16K elements
 MAX_EXPERTS = 256
-NUM_WARPS = 4
+NUM_WARPS = 8  # 4-16 measured on an H200: 8 is best or within 5% from 8 to 128 pairs (docs/benchmarks.md)
 FILL_CHUNK = 64  # rows / blocks written per loop step
 
 

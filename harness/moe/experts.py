@@ -162,16 +162,22 @@ class ExpertsBase(torch.nn.Module):
             backend=self.op_backend)
         return xq
 
-    def _gemm(self, x, ids, which: int, w_unfused, layout=None, x_row_div: int = 1):
+    def _gemm(self, x, ids, which: int, w_unfused, layout=None, x_row_div: int = 1, bias=None, row_scale=None):
+        """The expert GEMM `which` (0: w13, 1: w2) of the pairs, + bias[ids]
+        where given; row_scale (fused only: the kernel's epilogue or the
+        same torch multiply) times each pair's row."""
         if self.backend == "fused":
             a_gscale = None
             if self.scheme.two_level:
                 a_gscale = self.a1_input_scale() if which == 0 else self.a2_input_scale()
             return fused_gemm.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
-                                       a_gscale=a_gscale, mode=self.fused_mode, layout=layout, x_row_div=x_row_div)
+                                       a_gscale=a_gscale, mode=self.fused_mode, layout=layout, x_row_div=x_row_div,
+                                       bias=bias, row_scale=row_scale)
+        if row_scale is not None:
+            raise ValueError("row_scale is the fused backend's epilogue")
         if x_row_div != 1:
             x = x.repeat_interleave(x_row_div, dim=0)
-        return _grouped_gemm_unfused(x, ids, w_unfused[which])
+        return _add_bias(_grouped_gemm_unfused(x, ids, w_unfused[which]), bias, ids)
 
     def _precision(self, device) -> str:
         return fused_gemm.resolve_precision(self.fused_precision, self.scheme, device)
@@ -195,16 +201,21 @@ class ExpertsBase(torch.nn.Module):
         if self.backend == "fused":  # one expert-sorted layout for both GEMMs
 
             layout = fused_gemm.pair_layout(ids, self._kernel_weights[0].E)
-        h1 = _add_bias(self._gemm(x, ids, 0, w, layout, x_row_div=k), self.w13_bias, ids)  # pair p = token p // k
-        if self.backend == "fused" and activation == "silu" and h1.is_cuda:
-            g = fused_act.silu_and_mul(h1, torch.bfloat16 if handoff else torch.float32)
+        h1 = self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias)  # pair p = token p // k
+        if self.backend == "fused" and activation in fused_act.ACTIVATIONS and h1.is_cuda:
+            g = fused_act.ACTIVATIONS[activation](h1, torch.bfloat16 if handoff else torch.float32)
         else:
             g = act(h1)
         a = self.quantize_activation(g, self.a2_input_scale())
-        h2 = _add_bias(self._gemm(a, ids, 1, w, layout), self.w2_bias, ids)
+        # the router weights: in GEMM2's epilogue (fused, no trace: the trace keeps h2 as it is), else the
+        # same float32 multiply here; either way torch's top-k sum of the products (contract (3))
+        tw = topk_weights.to(torch.float32)
+        in_gemm = self.backend == "fused" and self.trace is None
+        h2 = self._gemm(a, ids, 1, w, layout, bias=self.w2_bias, row_scale=tw.reshape(-1) if in_gemm else None)
         if self.trace is not None:
             self.trace.update(a1=x, h1=h1, a2_in=g, a2=a, h2=h2)
-        out = (h2.reshape(T, k, H) * topk_weights.to(torch.float32).unsqueeze(-1)).sum(dim=1)
+        hw = h2.reshape(T, k, H) if in_gemm else h2.reshape(T, k, H) * tw.unsqueeze(-1)
+        out = hw.sum(dim=1)
         return out.to(hidden.dtype)
 
 

@@ -20,7 +20,9 @@ Selection keys (what the top-k and the group ranking sort):
 
 Tie-breaking is deterministic: among equal keys (equal group scores) the
 LOWEST expert (group) index wins, via a stable descending sort (torch.topk
-does not promise this). Experts outside the kept groups get key -inf.
+does not promise this). Experts outside the kept groups get key -inf. On
+CUDA the selection is harness.kernels.topk (one launch, the sort's indices
+bit for bit), elsewhere the sort itself.
 Weights: the unbiased float32 scores of the selected experts (softmax_topk:
 softmax over the k selected logits), divided by their sum when renormalize,
 times routed_scaling_factor. Shapes are fixed ([T, k]) and nothing reads
@@ -33,6 +35,7 @@ from typing import Optional
 
 import torch
 
+from harness.kernels import topk
 from harness.moe.arch import SCORINGS, MoEArch
 
 F32, F64 = torch.float32, torch.float64
@@ -79,7 +82,10 @@ def route_arch(router_logits: torch.Tensor, arch: MoEArch, e_score_correction_bi
     keys = selection_keys(logits, arch, e_score_correction_bias)
     if arch.grouped:
         keys = torch.where(group_mask(keys, arch), keys, torch.full_like(keys, -torch.inf))
-    topk_ids = torch.sort(keys, dim=-1, descending=True, stable=True).indices[:, :k].to(torch.int64)
+    if keys.is_cuda and topk.applies(keys.shape[1], k):  # the same indices in one launch
+        topk_ids = topk.topk_ids(keys, k)
+    else:
+        topk_ids = torch.sort(keys, dim=-1, descending=True, stable=True).indices[:, :k].to(torch.int64)
     if arch.scoring == "softmax_topk":
         topk_weights = torch.softmax(torch.gather(logits, 1, topk_ids), dim=-1)
     else:

@@ -207,10 +207,13 @@ def test_fused_large_offsets_gpu():
     assert check_fused_large_offsets("cuda")["max_offset"] > 2**31
 
 
-def test_fused_silu_and_mul_is_bitwise_torch():
-    """The fused backend's one-pass silu_and_mul gives torch's bits exactly:
-    random rows over a wide exponent range plus the edges (+-0, +-Inf, NaN,
-    exp overflow at large negative gates, subnormals, float32 max)."""
+@pytest.mark.parametrize("activation", ["silu", "swiglu_clamp"])
+def test_fused_activation_is_bitwise_torch(activation):
+    """The fused backend's one-pass activations (silu_and_mul, gpt-oss's
+    clamped SwiGLU) give torch's bits exactly: random rows over a wide
+    exponent range plus the edges (+-0, +-Inf, NaN, exp overflow at large
+    negative gates, subnormals, float32 max, the clamp bounds and their
+    neighbours)."""
     from harness.kernels import fused_act
     from harness.moe import activations
 
@@ -219,24 +222,28 @@ def test_fused_silu_and_mul_is_bitwise_torch():
     P, inter = 257, 1536
     h = torch.randn(P, 2 * inter, generator=g, device=dev)
     h *= torch.exp2(torch.randint(-30, 30, (P, 2 * inter), generator=g, device=dev).float())
+    h[3:100] = torch.randn(97, 2 * inter, generator=g, device=dev) * 6  # around the clamp of +-7
+    lim = torch.tensor(7.0)
     edge = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), -100.0, -88.8, 88.8, 1e-40, -1e-40,
-                         3.4e38, -3.4e38, 1e-45, 20.0, -20.0, 0.5], device=dev)
+                         3.4e38, -3.4e38, 1e-45, 20.0, -20.0, 0.5, 7.0, -7.0, float(torch.nextafter(lim, lim + 1)),
+                         float(torch.nextafter(lim, lim - 1)), -float(torch.nextafter(lim, lim + 1))], device=dev)
     h[0, : edge.numel()] = edge
     h[1, inter: inter + edge.numel()] = edge
     h[2, : edge.numel()] = edge
     h[2, inter: inter + edge.numel()] = edge.flip(0)
-    want = activations.silu_and_mul(h)
-    got = fused_act.silu_and_mul(h)
+    kernel = fused_act.ACTIVATIONS[activation]
+    want = activations.get_activation(activation)(h)
+    got = kernel(h)
     same = (got.view(torch.int32) == want.view(torch.int32)) | (got.isnan() & want.isnan())
     assert bool(same.all()), f"{int((~same).sum())} of {same.numel()} elements differ, first at {(~same).nonzero()[:3].tolist()}"
-    compiled = torch.compile(fused_act.silu_and_mul, fullgraph=True)
+    compiled = torch.compile(kernel, fullgraph=True)
     assert torch.equal(compiled(h[:8]).view(torch.int32), got[:8].view(torch.int32))
     # bf16 out: the float32 result rounded once (the next GEMM's operand), NaN payloads aside
-    got16, want16 = fused_act.silu_and_mul(h, torch.bfloat16), want.to(torch.bfloat16)
+    got16, want16 = kernel(h, torch.bfloat16), want.to(torch.bfloat16)
     same = (got16.view(torch.int16) == want16.view(torch.int16)) | (got16.isnan() & want16.isnan())
     assert got16.dtype == torch.bfloat16 and bool(same.all()), int((~same).sum())
     with pytest.raises(ValueError, match="writes float32 or bfloat16"):
-        fused_act.silu_and_mul(h, torch.float16)
+        kernel(h, torch.float16)
 
 
 @pytest.mark.parametrize("family", ["qwen3", "gpt_oss"])

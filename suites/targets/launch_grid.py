@@ -241,10 +241,12 @@ def split_value(vendor, pairs, experts, n, k, sms, splits):
     try:
         cfg = select_launch("gemm", vendor, kind=1, fmt="mxfp4", bf16=True, block_m=bm, n=n, k=k, pairs=pairs,
                             experts=experts, sm_count=None if vendor == "interpreter" else sms,
-                            override=None if splits is None else {"SPLIT_K": splits})
+                            bias=True, row_scale=True, override=None if splits is None else {"SPLIT_K": splits})
     except ValueError as exc:
         return _error(exc)
-    return {"block_m": bm, "splits": cfg.SPLIT_K, "split_blocks": cfg.SPLIT_BLOCKS}
+    # the epilogue (bias, router weights) in the kernel only without a split
+    return {"block_m": bm, "splits": cfg.SPLIT_K, "split_blocks": cfg.SPLIT_BLOCKS,
+            "epilogue": [cfg.HAS_BIAS, cfg.ROW_SCALE]}
 
 
 def mode_value(vendor, kind, pairs, experts, mode):

@@ -1,0 +1,95 @@
+"""The fused GEMM's epilogue (HAS_BIAS, ROW_SCALE) gives the bits of the torch
+ops it replaces: `h + bias.index_select(0, ids)` then `h * row_scale[:, None]`,
+one float32 operation each, in that order. Checked against moe_gemm's own
+GEMM without them followed by those ops, bit for bit: in the kernel (one K
+split), and on the host where the launch leaves them (a K split; the bias
+after nvfp4's post factor). CPU (interpreter) and GPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import harness.moe as hm
+from harness.kernels import fused_gemm
+from harness.kernels import launch_config as lc
+from harness.kernels.fused_weights import FusedWeights
+from harness.testing.checks.bitwise import assert_bitwise_equal
+
+E, N, K = 4, 48, 64
+
+
+def _case(scheme: str, device, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(E, N, K, generator=g) * K ** -0.5
+    q, gs = hm.quantize_expert_weights(w.to(device), scheme)
+    fw = FusedWeights.from_quantized(q, gs)
+    T, k = 9, 2
+    x = torch.randn(T, K, generator=g)
+    # experts with 0, 1 and many pairs (several BLOCK_M blocks, padding rows)
+    ids = torch.tensor([0, 2, 2, 2, 3, 2, 0, 2, 2, 3, 2, 2, 0, 2, 2, 2, 3, 2])
+    bias = torch.randn(E, N, generator=g) * 4
+    rs = torch.rand(T * k, generator=g)
+    rs[3] = 0.0
+    rs[5] = -0.0
+    rs[7] = 3.0e38  # products overflow to +-Inf
+    return fw, x.to(device), ids.to(device), bias.to(device), rs.to(device), k
+
+
+def _check(scheme, device, precision, config=None, want_flags=None, **kw):
+    fw, x, ids, bias, rs, k = _case(scheme, device)
+    if precision == "bf16" and fw.two_level:
+        kw["a_gscale"] = torch.tensor(1.0, device=device)
+    base = fused_gemm.moe_gemm(x, ids, fw, precision=precision, mode="fused", x_row_div=k, config=config, **kw)
+    for b, r in ((bias, None), (None, rs), (bias, rs)):
+        got = fused_gemm.moe_gemm(x, ids, fw, precision=precision, mode="fused", x_row_div=k, config=config,
+                                  bias=b, row_scale=r, **kw)
+        want = base
+        if b is not None:
+            want = want + b.index_select(0, ids)
+        if r is not None:
+            want = want * r[:, None]
+        assert_bitwise_equal(got.cpu(), want.cpu(), f"{scheme} {precision} {config} bias={b is not None} "
+                                                    f"row_scale={r is not None}")
+
+
+def _flags(scheme, vendor, precision, split_k, bias=True, row_scale=True):
+    two_level = hm.get_scheme(scheme).two_level
+    cfg = lc.select_launch("gemm", vendor, kind=1, fmt="nvfp4" if two_level else "mxfp4", bf16=precision == "bf16",
+                           has_post=precision == "bf16" and two_level, block_m=16, n=N, k=4096,
+                           bias=bias, row_scale=row_scale, override=dict(SPLIT_K=split_k))
+    return cfg.HAS_BIAS, cfg.ROW_SCALE
+
+
+def test_which_launch_does_its_epilogue():
+    """In the kernel with one split; on the host after a K split; the bias
+    (and so the row scale after it) on the host after a post factor."""
+    assert _flags("w_mxfp4", "cuda", "bf16", 1) == (True, True)
+    assert _flags("w_mxfp4", "cuda", "bf16", 2) == (False, False)
+    assert _flags("nvfp4", "cuda", "bf16", 1) == (False, False)
+    assert _flags("nvfp4", "cuda", "bf16", 1, bias=False) == (False, True)
+    assert _flags("nvfp4", "cuda", "ieee", 1) == (True, True)
+    assert _flags("w_mxfp4", "interpreter", "ieee", 1, row_scale=False) == (True, False)
+
+
+@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize("scheme", ["w_mxfp4", "nvfp4"])
+def test_epilogue_is_the_torch_ops_bitwise(scheme, split_k):
+    _check(scheme, "cpu", "ieee", config=dict(SPLIT_K=split_k, BLOCK_N=16, BLOCK_K=32))
+
+
+def test_epilogue_arguments_are_checked():
+    fw, x, ids, bias, rs, k = _case("w_mxfp4", "cpu")
+    with pytest.raises(ValueError, match=r"bias must be float32 \[E, N\]"):
+        fused_gemm.moe_gemm(x, ids, fw, x_row_div=k, bias=bias[:, :-1])
+    with pytest.raises(ValueError, match=r"row_scale must be float32 \[P\]"):
+        fused_gemm.moe_gemm(x, ids, fw, x_row_div=k, row_scale=rs.double())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["ieee", "bf16"])
+@pytest.mark.parametrize("scheme", ["w_mxfp4", "nvfp4"])
+def test_epilogue_is_the_torch_ops_bitwise_gpu(scheme, precision, gpu_device):
+    """The tuned launch (its own K split, none at this size) and a forced
+    split of two."""
+    _check(scheme, gpu_device, precision)
+    _check(scheme, gpu_device, precision, config=dict(SPLIT_K=2))

@@ -1,0 +1,82 @@
+"""The routing's one-launch top-k (harness/kernels/topk.py) gives the indices
+of a stable descending torch.sort, bit for bit: ties to the lower index,
+-0.0 equal to +0.0, -Inf last, NaN above +Inf; and the CUDA routing takes it."""
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.kernels import topk
+
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])]
+# Few distinct values (long runs of ties) and every special: what makes the order subtle.
+# NaN of every sign and payload: the sort ranks all of them alike, above +Inf.
+NANS = torch.tensor([0x7FC00000, 0x7F800001, -0x00400000, -1], dtype=torch.int32).view(torch.float32).tolist()
+SPECIALS = [0.0, -0.0, float("inf"), -float("inf"), 1.0, -1.0, 1e-45, -1e-45, 3.4e38] + NANS
+
+
+def _want(keys, k):
+    return torch.sort(keys, dim=-1, descending=True, stable=True).indices[:, :k]
+
+
+def _check(keys, k, device="cpu"):
+    got = topk.topk_ids(keys.to(device), k).cpu()
+    assert got.dtype == torch.int64 and got.is_contiguous()
+    assert torch.equal(got, _want(keys, k)), (keys.tolist(), k)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), E=st.sampled_from([1, 2, 8, 16, 60, 128, 256, 384]), T=st.integers(1, 40))
+def test_topk_is_the_stable_sort(data, E, T):
+    k = data.draw(st.integers(1, min(E, 9)))
+    pool = data.draw(st.lists(st.sampled_from(SPECIALS) | st.floats(width=32, allow_nan=False), min_size=1,
+                              max_size=6))
+    idx = torch.randint(0, len(pool), (T, E), generator=torch.Generator().manual_seed(data.draw(st.integers(0, 2**31))))
+    _check(torch.tensor(pool, dtype=torch.float32)[idx], k)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T,E,k", [(1, 128, 8), (16, 128, 8), (4096, 128, 4), (7, 256, 8), (3, 1024, 16),
+                                   (5, 8, 8), (33, 16, 1)])
+def test_topk_edges(T, E, k, device):
+    g = torch.Generator().manual_seed(T * 7 + E)
+    keys = torch.randn(T, E, generator=g)
+    keys[0] = 0.0  # a row of ties
+    keys[-1, ::2] = float("nan")
+    keys[-1, 1::4] = NANS[2]  # a NaN with the sign bit set
+    _check(keys, k, device)
+    _check(torch.tensor(SPECIALS * (E // len(SPECIALS) + 1))[:E].expand(T, E).contiguous(), k, device)
+    _check(keys.t().contiguous().t()[:, :E], k, device)  # keys not contiguous by row
+
+
+def test_topk_refuses_what_it_cannot_hold():
+    with pytest.raises(ValueError, match="outside the kernel"):
+        topk.topk_ids(torch.zeros(2, topk.MAX_EXPERTS + 1), 2)
+    with pytest.raises(ValueError, match="outside the kernel"):
+        topk.topk_ids(torch.zeros(2, 4), 5)
+    with pytest.raises(ValueError, match="float32 keys"):
+        topk.topk_ids(torch.zeros(2, 4, dtype=torch.float64), 2)
+    assert topk.topk_ids(torch.zeros(0, 4), 2).shape == (0, 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_routing_selects_what_the_sort_selects(monkeypatch):
+    """route_arch on CUDA with the kernel against route_arch on CUDA with
+    the sort, for every row kind: the same ids and weight bits."""
+    from harness.moe import routing
+    from harness.moe.arch import MoEArch
+
+    g = torch.Generator().manual_seed(5)
+    logits = (torch.randint(-4, 4, (64, 128), generator=g).float() / 4).cuda()  # many ties
+    bias = torch.randn(128, generator=g).cuda()
+    archs = ((MoEArch(top_k=8, scoring="softmax", renormalize=True), None),
+             (MoEArch(top_k=8, scoring="sigmoid", renormalize=True, n_group=8, topk_group=4,
+                      routed_scaling_factor=2.5, score_correction=True), bias),
+             (MoEArch(top_k=4, scoring="softmax_topk"), None))
+    got = [routing.route_arch(logits, arch, b) for arch, b in archs]
+    monkeypatch.setattr(topk, "applies", lambda E, k: False)
+    for (arch, b), (w, i) in zip(archs, got):
+        w_sort, i_sort = routing.route_arch(logits, arch, b)
+        assert torch.equal(i, i_sort) and torch.equal(w.view(torch.int32), w_sort.view(torch.int32)), arch
