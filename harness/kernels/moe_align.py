@@ -11,9 +11,10 @@ holds them equal on every input it draws):
   with the same expert (a [P, P] comparison: what makes the sort stable);
 - per-expert counts, padded counts and their running sum from a [E, P]
   comparison and tl.cumsum;
-- dest = padded start of the pair's expert + rank; rows = -1, then pair ids
-  at dest; block b belongs to the number of experts whose padded end is
-  <= b * block_m (searchsorted, right), -1 past the last expert.
+- dest = padded start of the pair's expert (the padded counts of all lower
+  experts, a [E, P] masked sum) + rank; rows = -1, then pair ids at dest;
+  block_expert = -1, then each pair's expert at dest // block_m (every used
+  block holds a pair).
 """
 from __future__ import annotations
 
@@ -73,3 +74,4 @@ def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
     run_kernel(_kernel(interpret), (1,), (ids.contiguous(), rows, block_expert, P, num_experts, nb, nb * block_m, block_m),
                kw, interpret)
     return rows, block_expert
+

@@ -19,21 +19,20 @@ def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS, BLOCK_M,
     earlier = (e[:, None] == e[None, :]) & (offs[None, :] < offs[:, None])
     rank = _sum(earlier.to(tl.int32), 1)
     ex = tl.arange(0, E_PAD)
-    onehot = e[None, :] == ex[:, None]  # [E_PAD, P_PAD]
-    cnt = _sum(onehot.to(tl.int32), 1)
+    cnt = _sum((e[None, :] == ex[:, None]).to(tl.int32), 1)  # [E_PAD] pairs per expert
     padded = (cnt + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    pad_end = tl.associative_scan(padded, 0, tl.standard._sum_combine)
-    pad_start = pad_end - padded
-    start_of_pair = _sum(tl.where(onehot, pad_start[:, None], 0), 0)  # [P_PAD]
+    # the padded rows of every lower expert: where the pair's expert starts
+    start_of_pair = _sum(tl.where(ex[:, None] < e[None, :], padded[:, None], 0), 0)  # [P_PAD]
     dest = start_of_pair + rank
     for r0 in range(0, NROWS, FILL):
         ro = r0 + tl.arange(0, FILL)
         tl.store(rows_ptr + ro, tl.full((FILL,), -1, tl.int64), mask=ro < NROWS)
-    tl.debug_barrier()  # the -1 fill lands before the pair ids (other threads' lanes)
-    tl.store(rows_ptr + dest, offs.to(tl.int64), mask=pm)
     for b0 in range(0, NB, FILL):
         bo = b0 + tl.arange(0, FILL)
-        # Lanes past E hold pad_end = the total: counted only where be >= E already.
-        before = pad_end[None, :] <= (bo * BLOCK_M)[:, None]
-        be = _sum(before.to(tl.int32), 1)
-        tl.store(block_expert_ptr + bo, tl.where(be < E, be, -1), mask=bo < NB)
+        tl.store(block_expert_ptr + bo, tl.full((FILL,), -1, tl.int32), mask=bo < NB)
+    tl.debug_barrier()  # the -1 fills land before the pairs (other threads' lanes)
+    tl.store(rows_ptr + dest, offs.to(tl.int64), mask=pm)
+    # Every used block holds a pair (an expert's last block starts with one), so each block gets its
+    # expert from the pairs in it (pairs of one block store the same value); the rest stay -1.
+    tl.store(block_expert_ptr + dest // BLOCK_M, e, mask=pm)
+

@@ -97,3 +97,4 @@ def test_decode_grid_is_a_few_blocks_not_one_per_expert():
     rows, block_expert, bm = pair_layout.pair_layout(torch.arange(8) * 16, 128)
     assert (bm, block_expert.shape[0]) == (16, 8)
     _assert_complete(torch.arange(8) * 16, 128, rows, block_expert, bm)
+

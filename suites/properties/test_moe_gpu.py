@@ -313,3 +313,24 @@ def test_per_tensor_fp8_qdq_on_device_is_bitwise_the_reference():
         want = _qdq_per_tensor(x, None, hf.E4M3)
         mismatched += int(not torch.equal(got.view(torch.int32), want.view(torch.int32)))
     assert mismatched == 0, f"{mismatched} of 256 tensors differ from the reference"
+
+
+@pytest.mark.parametrize("T", [1, 4, 16])
+def test_decode_layer_with_tied_router_logits_replays_bitwise(T):
+    """A fused layer at decode sizes whose router logits tie everywhere (the
+    top-k kernel's ties, experts with many pairs, the layout kernel's
+    blocks) gives the same bits from a CUDA graph as eagerly."""
+    import harness.moe as hm
+    from harness.kernels import moe_align, topk
+
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(11)
+    E, H, I, k = 64, 256, 128, 8
+    w13, w2 = torch.randn(E, 2 * I, H, generator=g) * 0.05, torch.randn(E, H, I, generator=g) * 0.05
+    moe = hm.build_emulated_moe("w_mxfp4", w13.to(dev), w2.to(dev), top_k=k, backend="fused")
+    x = torch.randn(T, H, generator=g).to(dev, torch.bfloat16)
+    lg = (torch.randint(-3, 3, (T, E), generator=g).float() / 2).to(dev)
+    assert topk.applies(E, k) and moe_align.applies(T * k, E)
+    one = moe(x, lg)
+    replay, _ = capture_forward(moe, x.clone(), lg.clone())
+    assert torch.equal(replay().view(torch.int16), one.view(torch.int16))
