@@ -785,6 +785,12 @@ FAULTS += [
      [TK + "test_topk_is_the_stable_sort", TK + "test_topk_edges"]),
 ]
 
+FAULTS += [
+    ("launch: a K tail of the row's BLOCK_K kept (masked K loop)", "harness/kernels/launch_config.py",
+     "    return bk if k % bk == 0 else block_k", "    return block_k",
+     [FG + "test_a_k_tail_steps_down_to_an_even_block_k"]),
+]
+
 
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its

@@ -6,7 +6,8 @@ Built from the selector the launcher calls (launch_config.select_launch, on
 the vendor of the backend) and fused_act's *_META: for every weight format
 of the format table (and float weights for the "bf16" baseline), precision
 "ieee" and "bf16", every BLOCK_M class (pair_layout.BLOCK_MS), mode "fused"
-(with a short K loop where the tables have a row for it) and both launches
+(with a short K loop where the tables have a row for it, and the BLOCK_K a
+K with a tail steps down to) and both launches
 of mode "predequant", masked and unmasked N/K tails, and every epilogue a
 GEMM launch can get (EPILOGUES: none, the router weights of GEMM2, the bias
 of gpt-oss's GEMM1, both; the bias stays on the host after a post factor).
@@ -18,7 +19,7 @@ import torch
 from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
 from harness.kernels import fused_act, fused_gemm
-from harness.kernels.launch_config import SHORT_K_MAX, select_launch
+from harness.kernels.launch_config import MIN_EVEN_BLOCK_K, SHORT_K_MAX, select_launch
 from harness.kernels.pair_layout import BLOCK_MS
 from harness.aot.emulation_launches import ptr
 from harness.aot.registry import Variant, bind, register
@@ -92,6 +93,11 @@ def gemm_variants(backend: str):
                         if short.row != fused.row:  # a short K loop (K <= SHORT_K_MAX) takes a row of its own
                             yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.shortk{epi}",
                                            _gemm_types(x_dt, torch.uint8), short.meta())
+                    for epi, stepped in gemms("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm,
+                                              k=MIN_EVEN_BLOCK_K * 45, override=ov):
+                        if stepped.BLOCK_K != fused.BLOCK_K:  # a K with a tail of the row's BLOCK_K steps down
+                            yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.evenk{stepped.BLOCK_K}{epi}",
+                                           _gemm_types(x_dt, torch.uint8), stepped.meta())
                     # mode "predequant": the dequant-only pass, then the GEMM on the float scratch
                     if bm == BLOCK_MS[0]:
                         meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov).meta()

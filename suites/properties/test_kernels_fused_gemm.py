@@ -155,6 +155,49 @@ def test_short_k_loops_take_the_short_k_tile():
     assert tile("rocm", bf16=False) == (rocm.BLOCK_N, rocm.BLOCK_K)
 
 
+def test_a_k_tail_steps_down_to_an_even_block_k():
+    """A code-decoding GEMM whose K leaves a tail of its row's BLOCK_K takes
+    the largest power-of-two BLOCK_K >= MIN_EVEN_BLOCK_K dividing K (gpt-oss:
+    K 2880 -> 64, no masks); a K without one, an override, float weights and
+    the interpreter keep their tiles."""
+    def bk(vendor="cuda", **kw):
+        args = dict(kind=1, fmt="mxfp4", bf16=True, block_m=16, n=5760, k=2880)
+        args.update(kw)
+        c = lc.select_launch("gemm", vendor, **args)
+        return c.BLOCK_K, c.EVEN_NK
+    small = lc.GPU_CONFIGS["small"].BLOCK_K
+    assert bk() == (64, True)
+    assert bk(k=2944) == (128, True)  # 2944 = 23 x 128
+    assert bk(k=4096) == (small, True)
+    assert bk(k=1040) == (small, False)  # 1040 = 16 x 65: no divisor >= 64
+    assert bk(override={"BLOCK_K": 256}) == (256, False)
+    assert bk(kind=0, fmt=None, w_bytes=2)[0] == lc.GPU_CONFIGS["small"].BLOCK_K
+    assert bk("interpreter", bf16=False)[0] == lc.INTERP_CONFIGS["small"].BLOCK_K
+    assert bk(block_m=128)[0] == lc.GPU_CONFIGS["large"].BLOCK_K
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K", [320, 1056])
+def test_gemm_with_a_k_tail_picks_out_every_weight_gpu(K, gpu_device):
+    """The tuned launch at a K with a tail of the row's BLOCK_K (320 steps
+    down to 64; 1056 = 32 x 33 keeps 256 with masks): one-hot rows give each weight's
+    bf16 operand exactly (mxfp4, random codes and scales)."""
+    g = torch.Generator().manual_seed(K)
+    E, N = 2, 96
+    codes = torch.randint(0, 16, (E, N, K), generator=g).to(torch.uint8)
+    scales = torch.randint(110, 140, (E, N, K // 32), generator=g).to(torch.uint8)
+    q = hf.QuantizedTensor(codes, scales, None, "mxfp4")
+    want = _bf16_operands(q).float()
+    x = torch.eye(K, device=gpu_device).repeat(E, 1)
+    ids = torch.arange(E, device=gpu_device).repeat_interleave(K)
+    fw = _fused_weights(hf.QuantizedTensor(codes.to(gpu_device), scales.to(gpu_device), None, "mxfp4"))
+    y = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", mode="fused", block_m=16).cpu()
+    y = y.reshape(E, K, N).transpose(1, 2)
+    nonzero = want != 0
+    assert_bitwise_equal(y[nonzero], want[nonzero], f"K={K}")
+    assert bool((y[~nonzero] == 0).all())
+
+
 def test_bf16_decode_refused_on_the_interpreter():
     q = every_code_and_scale("mxfp4")
     fw = _fused_weights(q)

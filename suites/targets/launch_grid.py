@@ -34,9 +34,9 @@ VENDORS = ("cuda", "rocm", "interpreter")
 FORMATS = ("nvfp4", "mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2")
 BLOCK_MS = (16, 32, 64, 128)
 # (N, K): N and K unknown (0, as the compile check asks), K on either side of
-# SHORT_K_MAX (1024), and tails on either side of every table tile (BLOCK_N
-# 16..256, BLOCK_K 32..512)
-NK = ((0, 0), (0, 1024), (96, 32), (256, 768), (96, 1040), (256, 1056), (96, 14336))
+# SHORT_K_MAX (1024), tails on either side of every table tile (BLOCK_N
+# 16..256, BLOCK_K 32..512), and a K whose tail steps BLOCK_K down (2880)
+NK = ((0, 0), (0, 1024), (96, 32), (256, 768), (96, 1040), (256, 1056), (96, 14336), (96, 2880))
 # the weights of a GEMM launch: element codes decoded in the K loop, float
 # weights as given (2- and 4-byte), mode "predequant"'s scratch
 WEIGHTS = ("codes:mxfp4", "codes:nvfp4", "float:2", "float:4", "scratch")
