@@ -55,36 +55,47 @@ def _scale_kernel():
     return kernels(False, "fused_act_src").scale_to_bf16_kernel
 
 
-def silu_and_mul(h: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """h [P, 2I] float32 on CUDA (gate then up) -> silu(gate) * up [P, I] in
-    `out_dtype`: float32, or bfloat16 = the float32 result .to(bfloat16) (the
-    next GEMM's bf16 operand, without a float32 intermediate and a second
-    pass). A torch.library custom op, opaque to torch.compile (as moe_gemm)."""
+def _check_gate_up(name: str, h: torch.Tensor, out_dtype: torch.dtype) -> None:
     if h.device.type != "cuda" or h.dtype != torch.float32 or h.dim() != 2:
-        raise ValueError(f"fused silu_and_mul takes a 2-D float32 CUDA tensor, got {h.dtype} {tuple(h.shape)} "
+        raise ValueError(f"fused {name} takes a 2-D float32 CUDA tensor, got {h.dtype} {tuple(h.shape)} "
                          f"on {h.device}")
     if out_dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"fused silu_and_mul writes float32 or bfloat16, got {out_dtype}")
-    return _silu_and_mul_op(h, out_dtype == torch.bfloat16)
+        raise ValueError(f"fused {name} writes float32 or bfloat16, got {out_dtype}")
 
 
-@torch.library.custom_op("moe_harness::silu_and_mul", mutates_args=())
-def _silu_and_mul_op(h: torch.Tensor, bf16: bool = False) -> torch.Tensor:
+def _gate_up_launch(kernel, h: torch.Tensor, bf16: bool, *scalars) -> torch.Tensor:
+    """One program per row and BLOCK columns of h [P, 2I] -> [P, I]."""
     P, two_i = h.shape
     inter = two_i // 2
     if h.stride(1) != 1:
         h = h.contiguous()
     out = torch.empty(P, inter, dtype=torch.bfloat16 if bf16 else torch.float32, device=h.device)
-    if P == 0 or inter == 0:
-        return out
-    grid = (P, triton_cdiv(inter, BLOCK))
-    _kernel()[grid](h, out, inter, h.stride(0), out.stride(0), **SILU_META)
+    if P and inter:
+        kernel[(P, triton_cdiv(inter, BLOCK))](h, out, inter, h.stride(0), out.stride(0), *scalars, **SILU_META)
     return out
+
+
+def _gate_up_fake(h, bf16):
+    return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=torch.bfloat16 if bf16 else torch.float32)
+
+
+def silu_and_mul(h: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """h [P, 2I] float32 on CUDA (gate then up) -> silu(gate) * up [P, I] in
+    `out_dtype`: float32, or bfloat16 = the float32 result .to(bfloat16) (the
+    next GEMM's bf16 operand, without a float32 intermediate and a second
+    pass). A torch.library custom op, opaque to torch.compile (as moe_gemm)."""
+    _check_gate_up("silu_and_mul", h, out_dtype)
+    return _silu_and_mul_op(h, out_dtype == torch.bfloat16)
+
+
+@torch.library.custom_op("moe_harness::silu_and_mul", mutates_args=())
+def _silu_and_mul_op(h: torch.Tensor, bf16: bool = False) -> torch.Tensor:
+    return _gate_up_launch(_kernel(), h, bf16)
 
 
 @_silu_and_mul_op.register_fake
 def _silu_and_mul_fake(h, bf16=False):
-    return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=torch.bfloat16 if bf16 else torch.float32)
+    return _gate_up_fake(h, bf16)
 
 
 def swiglu_clamp(h: torch.Tensor, out_dtype: torch.dtype = torch.float32, limit: float = SWIGLU_LIMIT,
@@ -92,31 +103,18 @@ def swiglu_clamp(h: torch.Tensor, out_dtype: torch.dtype = torch.float32, limit:
     """h [P, 2I] float32 on CUDA (gate then up) -> activations.swiglu_clamp(h,
     limit, alpha) [P, I] in `out_dtype` (bfloat16: the float32 result
     .to(bfloat16)), bit for bit, in one pass. A custom op, as silu_and_mul."""
-    if h.device.type != "cuda" or h.dtype != torch.float32 or h.dim() != 2:
-        raise ValueError(f"fused swiglu_clamp takes a 2-D float32 CUDA tensor, got {h.dtype} {tuple(h.shape)} "
-                         f"on {h.device}")
-    if out_dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"fused swiglu_clamp writes float32 or bfloat16, got {out_dtype}")
+    _check_gate_up("swiglu_clamp", h, out_dtype)
     return _swiglu_clamp_op(h, out_dtype == torch.bfloat16, float(limit), float(alpha))
 
 
 @torch.library.custom_op("moe_harness::swiglu_clamp", mutates_args=())
 def _swiglu_clamp_op(h: torch.Tensor, bf16: bool, limit: float, alpha: float) -> torch.Tensor:
-    P, two_i = h.shape
-    inter = two_i // 2
-    if h.stride(1) != 1:
-        h = h.contiguous()
-    out = torch.empty(P, inter, dtype=torch.bfloat16 if bf16 else torch.float32, device=h.device)
-    if P == 0 or inter == 0:
-        return out
-    grid = (P, triton_cdiv(inter, BLOCK))
-    _swiglu_kernel()[grid](h, out, inter, h.stride(0), out.stride(0), limit, alpha, **SILU_META)
-    return out
+    return _gate_up_launch(_swiglu_kernel(), h, bf16, limit, alpha)
 
 
 @_swiglu_clamp_op.register_fake
 def _swiglu_clamp_fake(h, bf16, limit, alpha):
-    return h.new_empty((h.shape[0], h.shape[1] // 2), dtype=torch.bfloat16 if bf16 else torch.float32)
+    return _gate_up_fake(h, bf16)
 
 
 # The activations (harness.moe.activations' names) with a one-pass kernel, each (h, out_dtype) -> [P, I]
