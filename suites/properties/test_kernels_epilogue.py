@@ -35,20 +35,20 @@ def _case(scheme: str, device, seed: int = 0):
     return fw, x.to(device), ids.to(device), bias.to(device), rs.to(device), k
 
 
-def _check(scheme, device, precision, config=None, want_flags=None, **kw):
+def _check(scheme, device, precision, config=None, mode="fused", **kw):
     fw, x, ids, bias, rs, k = _case(scheme, device)
     if precision == "bf16" and fw.two_level:
         kw["a_gscale"] = torch.tensor(1.0, device=device)
-    base = fused_gemm.moe_gemm(x, ids, fw, precision=precision, mode="fused", x_row_div=k, config=config, **kw)
+    base = fused_gemm.moe_gemm(x, ids, fw, precision=precision, mode=mode, x_row_div=k, config=config, **kw)
     for b, r in ((bias, None), (None, rs), (bias, rs)):
-        got = fused_gemm.moe_gemm(x, ids, fw, precision=precision, mode="fused", x_row_div=k, config=config,
+        got = fused_gemm.moe_gemm(x, ids, fw, precision=precision, mode=mode, x_row_div=k, config=config,
                                   bias=b, row_scale=r, **kw)
         want = base
         if b is not None:
             want = want + b.index_select(0, ids)
         if r is not None:
             want = want * r[:, None]
-        assert_bitwise_equal(got.cpu(), want.cpu(), f"{scheme} {precision} {config} bias={b is not None} "
+        assert_bitwise_equal(got.cpu(), want.cpu(), f"{scheme} {precision} {mode} {config} bias={b is not None} "
                                                     f"row_scale={r is not None}")
 
 
@@ -71,10 +71,13 @@ def test_which_launch_does_its_epilogue():
     assert _flags("w_mxfp4", "interpreter", "ieee", 1, row_scale=False) == (True, False)
 
 
+@pytest.mark.parametrize("mode", ["fused", "predequant"])
 @pytest.mark.parametrize("split_k", [1, 2])
 @pytest.mark.parametrize("scheme", ["w_mxfp4", "nvfp4"])
-def test_epilogue_is_the_torch_ops_bitwise(scheme, split_k):
-    _check(scheme, "cpu", "ieee", config=dict(SPLIT_K=split_k, BLOCK_N=16, BLOCK_K=32))
+def test_epilogue_is_the_torch_ops_bitwise(scheme, split_k, mode):
+    """Mode "fused" (codes decoded in the K loop) and "predequant" (the GEMM
+    on the dequantized scratch) share the epilogue."""
+    _check(scheme, "cpu", "ieee", config=dict(SPLIT_K=split_k, BLOCK_N=16, BLOCK_K=32), mode=mode)
 
 
 def test_epilogue_arguments_are_checked():
