@@ -89,10 +89,11 @@ def test_epilogue_arguments_are_checked():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["fused", "predequant"])
 @pytest.mark.parametrize("precision", ["ieee", "bf16"])
 @pytest.mark.parametrize("scheme", ["w_mxfp4", "nvfp4"])
-def test_epilogue_is_the_torch_ops_bitwise_gpu(scheme, precision, gpu_device):
+def test_epilogue_is_the_torch_ops_bitwise_gpu(scheme, precision, mode, gpu_device):
     """The tuned launch (its own K split, none at this size) and a forced
-    split of two."""
-    _check(scheme, gpu_device, precision)
-    _check(scheme, gpu_device, precision, config=dict(SPLIT_K=2))
+    split of two, in both modes."""
+    _check(scheme, gpu_device, precision, mode=mode)
+    _check(scheme, gpu_device, precision, config=dict(SPLIT_K=2), mode=mode)
