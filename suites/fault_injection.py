@@ -792,6 +792,22 @@ FAULTS += [
 ]
 
 
+# The e2m1 word layout (harness/kernels/fp4_words.py) and the kernel's decode of it.
+FAULTS += [
+    ("fp4 words: pair 3's e1 bit taken from e0's place", "harness/kernels/fused_gemm_src.py",
+     "((w >> 5) & 0x01000100)", "((w >> 4) & 0x01000100)",
+     [FG + "test_fused_dequantize_every_code_and_scale_byte", FG + "test_fused_gemm_picks_out_every_finite_weight"]),
+    ("fp4 words: pairs 1 and 2 swapped in K order", "harness/kernels/fused_gemm_src.py",
+     "q = tl.join(tl.join(p0, p2), tl.join(p1, p3))", "q = tl.join(tl.join(p0, p1), tl.join(p2, p3))",
+     [FG + "test_fused_dequantize_every_code_and_scale_byte", FG + "test_fused_gemm_picks_out_every_finite_weight"]),
+    ("fp4 words: a per-element word's half chosen by k % 8, not k % 2", "harness/kernels/fused_gemm_src.py",
+     "half = bits >> ((offs_k % 2) * 16)", "half = bits >> ((offs_k % 8 > 3).to(tl.int64) * 16)",
+     [FG + "test_fused_dequantize_every_code_and_scale_byte"]),
+    ("fp4 words: the host packs slot 6's magnitude bits in e2m1's order reversed", "harness/kernels/fp4_words.py",
+     "(14, (13, 11, 10))", "(14, (10, 11, 13))",
+     [FG + "test_fused_dequantize_every_code_and_scale_byte", "suites/properties/test_fp4_words.py"]),
+]
+
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its
     file, or that names a test file or test function that does not exist."""

@@ -105,6 +105,7 @@ def gemm_contract(dev) -> dict:
 
 def int64_offsets(dev) -> dict:
     """Expert weights past 2^31 bytes: the last expert's rows must be right."""
+    from harness.kernels import fp4_words
     from harness.kernels import fused_gemm as fused
     from harness.kernels.fused_weights import FusedWeights
     from harness.moe import ops
@@ -112,18 +113,15 @@ def int64_offsets(dev) -> dict:
 
     E, N, K = 40, 28672, 4096
     g = torch.Generator(device=dev).manual_seed(2)
-    packed = torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8, device=dev, generator=g)
+    words = torch.randint(-2**31, 2**31, (E, N, K // 8), dtype=torch.int32, device=dev, generator=g)
     scales = torch.randint(120, 130, (E, N, K // 32), dtype=torch.uint8, device=dev, generator=g)
-    q_last = hf.QuantizedTensor(hf.unpack_fp4(packed[-1:, :256]), scales[-1:, :256], None, "mxfp4")
-    full_mult = torch.empty(E, N, K // 32, dtype=torch.float32, device=dev)
-    for e in range(E):
-        full_mult[e] = hf.e8m0_to_float(scales[e])
-    fw = FusedWeights(1, packed, full_mult, full_mult, None, "mxfp4", E, N, K)
+    q_last = hf.QuantizedTensor(fp4_words.unpack(words[-1:, :256]), scales[-1:, :256], None, "mxfp4")
+    fw = FusedWeights(1, words.view(torch.uint8), scales, None, "mxfp4", E, N, K)
     x = torch.randn(16, K, device=dev, generator=g)
     ids = torch.full((16,), E - 1, dtype=torch.int64, device=dev)
     y = fused.moe_gemm(x, ids, fw, precision="ieee")[:, :256]
     ref = x @ ops.dequantize_expert_weights(q_last, None, backend="torch")[0].T
-    del packed, scales, full_mult, fw
+    del words, scales, fw
     torch.cuda.empty_cache()
     return {"bytes": E * N * K // 2, "max_abs_diff": float((y - ref).abs().max()),
             "close": bool(torch.allclose(y, ref, rtol=1e-4, atol=1e-3))}

@@ -38,9 +38,11 @@ def _variant(kernel, config, types, meta):
     return Variant(config, sig, consts, options)
 
 
-def _gemm_types(x_dt, w_dt):
+def _gemm_types(x_dt, w_dt, codes: bool = False):
+    """Pointer and integer types of a GEMM launch; `codes`: weights as element
+    codes (bytes; scale bytes beside them)."""
     return dict(x_ptr=ptr(x_dt), rows_ptr="*i64", block_expert_ptr="*i32", w_ptr=ptr(w_dt),
-                scale_ptr="*u8" if w_dt == torch.uint8 else "*fp32", wgs_ptr="*fp32", gs_ptr="*fp32",
+                scale_ptr="*u8" if codes else "*fp32", wgs_ptr="*fp32", gs_ptr="*fp32",
                 out_ptr="*fp32", bias_ptr="*fp32", row_scale_ptr="*fp32", **{n: "i32" for n in _INTS})
 
 
@@ -86,22 +88,22 @@ def gemm_variants(backend: str):
                     # mode "fused": codes decoded in the K loop
                     for epi, fused in gemms("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, k=0,
                                             override=ov):
-                        yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}{epi}", _gemm_types(x_dt, torch.uint8),
+                        yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}{epi}", _gemm_types(x_dt, torch.uint8, codes=True),
                                        fused.meta())
                     for epi, short in gemms("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm,
                                             k=SHORT_K_MAX, override=ov):
                         if short.row != fused.row:  # a short K loop (K <= SHORT_K_MAX) takes a row of its own
                             yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.shortk{epi}",
-                                           _gemm_types(x_dt, torch.uint8), short.meta())
+                                           _gemm_types(x_dt, torch.uint8, codes=True), short.meta())
                     for epi, stepped in gemms("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm,
                                               k=MIN_EVEN_BLOCK_K * 45, override=ov):
                         if stepped.BLOCK_K != fused.BLOCK_K:  # a K with a tail of the row's BLOCK_K steps down
                             yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.evenk{stepped.BLOCK_K}{epi}",
-                                           _gemm_types(x_dt, torch.uint8), stepped.meta())
+                                           _gemm_types(x_dt, torch.uint8, codes=True), stepped.meta())
                     # mode "predequant": the dequant-only pass, then the GEMM on the float scratch
                     if bm == BLOCK_MS[0]:
                         meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov).meta()
-                        types = dict(_gemm_types(x_dt, torch.uint8), x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt),
+                        types = dict(_gemm_types(x_dt, torch.uint8, codes=True), x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt),
                                      block_expert_ptr=ptr(x_dt), gs_ptr=ptr(x_dt),
                                      wgs_ptr="*fp32" if get_format(fmt).is_two_level else ptr(x_dt), out_ptr=ptr(x_dt))
                         yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)

@@ -2,49 +2,64 @@
 
 Host code, launch tables and the numerics contract: fused_gemm.py. Weight
 codes are decoded by triton_src's `_decode`, the element decoder every
-kernel shares, except packed e2m1 under BYTE_DECODE (the GPU tables' choice):
-`_decode_fp4_bytes` below builds the same FAST bits from whole bytes, held
+kernel shares, except e2m1 under BYTE_DECODE (the GPU tables' choice): the
+word layout of fp4_words.py gives each pair of codes its bf16 bit pattern
+in a shift and a mask (`_fp4_pairs` below), the same FAST bits, held
 bit-equal to the reference by the same exhaustive tests. Loaded twice by harness.kernels.loader (compiled and
 interpreted), like every kernel source.
 """
 import triton
 import triton.language as tl
 
-from .triton_src import F32_BIAS, F32_MANT, F32_SIGN, _decode, _e8m0_value  # relative: within the loaded kind (loader.py)
+from .triton_src import F32_BIAS, _decode, _e8m0_value  # relative: within the loaded kind (loader.py)
 
 
 @triton.jit
-def _decode_fp4_bytes(byte, MBITS: tl.constexpr, BIAS: tl.constexpr):
-    """Packed 4-bit codes without special values (e2m1) -> float32: both
-    nibbles of int32 bytes [..., n] -> [..., n, 2] (low nibble first). The
-    FAST construction of _decode in three integer operations per element
-    instead of six: the nibble shifted to the top of the word puts its sign
-    in float32's sign bit, an arithmetic shift right moves the magnitude
-    bits into the exponent/mantissa fields (the sign smears over the bits
-    between, which the mask clears), and one exact power-of-two multiply
-    fixes the bias. Subnormal codes pass through float32 subnormals, as in
-    FAST."""
-    keep: tl.constexpr = F32_SIGN | (tl.constexpr(7) << (F32_MANT - MBITS))
-    sh: tl.constexpr = tl.constexpr(5) + MBITS  # 28 - (23 - MBITS)
-    lo = ((byte << 28) >> sh) & keep
-    hi = ((byte << 24) >> sh) & keep
-    return tl.join(lo, hi).to(tl.float32, bitcast=True) * (2.0 ** (F32_BIAS - BIAS))
+def _fp4_pairs(word):
+    """int32 words of e2m1 codes in the layout of harness.kernels.fp4_words
+    -> its four pairs, uint32 each: the bf16x2 bit pattern of codes (2p, 2p +
+    1) of the word, the codes' values times 2^-126 (low half the even code;
+    sign at bit 15, magnitude bits at 8..6, the same 16 bits up for the odd
+    one). Pairs 0-2: one shift and one mask; pair 3 (sign, e1 and e0 m apart,
+    fp4_words.SLOTS): three."""
+    w = word.to(tl.uint32, bitcast=True)
+    p0 = w & 0x81C081C0
+    p1 = (w << 3) & 0x81C081C0
+    p2 = (w << 6) & 0x81C081C0
+    p3 = ((w << 1) & 0x80008000) | ((w >> 5) & 0x01000100) | ((w >> 4) & 0x00C000C0)
+    return p0, p1, p2, p3
 
 
 @triton.jit
-def _decode_fp4_bytes_bf16(byte, MBITS: tl.constexpr, BIAS: tl.constexpr):
-    """Packed e2m1 codes -> bfloat16, the FAST construction in bf16 and two
-    codes per 32-bit operation: int32 bytes [..., n] -> [..., n, 2] (low
-    nibble first). One multiply puts the low nibble at bits 12-15 and the
-    high nibble at bits 28-31 (the byte's two copies do not overlap), so
-    each 16-bit half holds its code's sign in bf16's sign bit; the magnitude
-    bits shifted right land in the exponent/mantissa fields of their half.
-    The raw pattern times 2^(127 - BIAS) is the code's value (subnormal
-    codes pass through bf16 subnormals, as FAST does in float32)."""
-    w = byte.to(tl.uint32) * 0x01001000
-    sh: tl.constexpr = tl.constexpr(5) + MBITS  # 12 - (7 - MBITS): bf16 has 7 mantissa bits
-    mag: tl.constexpr = tl.constexpr(7) << (7 - MBITS)
-    bits = (w & 0x80008000) | ((w >> sh) & (mag | (mag << 16)))
+def _fp4_pair_bits(word):
+    """Words [n, m] -> pair patterns [n, 4m] in K order (pair i holds codes
+    2i, 2i + 1)."""
+    p0, p1, p2, p3 = _fp4_pairs(word)
+    q = tl.join(tl.join(p0, p2), tl.join(p1, p3))  # [n, m, 2, 2]: [.., a, b] is pair 2a + b
+    return tl.reshape(q, (q.shape[0], q.shape[1] * 4))
+
+
+@triton.jit
+def _pair_codes(bits):
+    """Pair patterns [n, m] -> int32 codes [n, m, 2] (sign bit 3, magnitude 2..0)."""
+    lo = ((bits >> 12) & 8) | ((bits >> 6) & 7)
+    hi = ((bits >> 28) & 8) | ((bits >> 22) & 7)
+    return tl.join(lo, hi).to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def _pair_values_f32(bits, BIAS: tl.constexpr):
+    """Pair patterns [n, m] -> float32 values [n, m, 2]: a bf16 pattern in the
+    top half of a float32 word is the same number, times 2^(127 - BIAS) (the
+    FAST construction: subnormal codes pass through float32 subnormals)."""
+    return tl.join(bits << 16, bits & 0xFFFF0000).to(tl.float32, bitcast=True) * (2.0 ** (F32_BIAS - BIAS))
+
+
+@triton.jit
+def _pair_values_bf16(bits, BIAS: tl.constexpr):
+    """Pair patterns [n, m] -> bfloat16 values [n, m, 2], times 2^(127 - BIAS)
+    (bf16's exponent bias is float32's; subnormal codes pass through bf16
+    subnormals)."""
     val = tl.join(bits.to(tl.uint16), (bits >> 16).to(tl.uint16)).to(tl.bfloat16, bitcast=True)
     return val * (2.0 ** (127 - BIAS))
 
@@ -75,7 +90,7 @@ def _moe_gemm_kernel(
     SPLIT_BLOCKS, stride_os,  # split-K: program_id(2) sums BLOCK_Ks [pid*SPLIT_BLOCKS, +SPLIT_BLOCKS) into out + pid*stride_os
     x_row_div,  # pair p reads row p // x_row_div of x (GEMM1: x holds tokens, p = token * top_k + j)
     KIND: tl.constexpr,  # 0 float weights, 1 element codes
-    PACKED: tl.constexpr,  # fp4 codes two per byte (low nibble = even k)
+    PACKED: tl.constexpr,  # e2m1 codes eight per int32 word (fp4_words.py), stored as its bytes
     # the weight format's element constants (harness.kernels.constants.element_constants)
     MBITS: tl.constexpr, WIDTH: tl.constexpr, BIAS: tl.constexpr, SIGN_BIT: tl.constexpr, SPECIALS: tl.constexpr,
     NAN_CODE: tl.constexpr, INF_CODE: tl.constexpr, MIN_NORMAL: tl.constexpr,
@@ -89,10 +104,10 @@ def _moe_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     FAST_DECODE: tl.constexpr = False,  # _decode's FAST construction
     MULT_BCAST: tl.constexpr = True,  # load one multiplier per block and broadcast (else gather per element)
-    PACK_JOIN: tl.constexpr = True,  # load fp4 bytes once and split (else shift per element)
+    PACK_JOIN: tl.constexpr = True,  # load fp4 words once and split (else one word per element)
     EVEN_NK: tl.constexpr = False,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: weight loads need no masks
-    BYTE_DECODE: tl.constexpr = False,  # e2m1 under FAST_DECODE and PACK_JOIN: _decode_fp4_bytes
-    BF16_DECODE: tl.constexpr = False,  # e2m1 bytes decoded and scaled in bf16 (precision "bf16" GEMMs only)
+    BYTE_DECODE: tl.constexpr = False,  # e2m1 under FAST_DECODE and PACK_JOIN: values from the pair bits
+    BF16_DECODE: tl.constexpr = False,  # e2m1 decoded and scaled in bf16 (precision "bf16" GEMMs only)
     # the epilogue of one split (the host sets them only with SPLIT_K 1): + bias[e, n], then * row_scale[pair]
     HAS_BIAS: tl.constexpr = False, ROW_SCALE: tl.constexpr = False,
 ):
@@ -126,6 +141,8 @@ def _moe_gemm_kernel(
     offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = offs_n < N
     w_base = w_ptr + e * stride_we + offs_n[:, None] * stride_wn
+    if PACKED:  # the same rows as int32 words: the byte strides are multiples of 4 (K % 8 == 0)
+        w_words = (w_ptr + e * stride_we).to(tl.pointer_type(tl.int32)) + offs_n[:, None] * (stride_wn // 4)
     m_base = scale_ptr + e * stride_me + offs_n[:, None] * stride_mn
     gs_w = 1.0
     if KIND == 1 and TWO_LEVEL and not RAW_S:
@@ -144,23 +161,28 @@ def _moe_gemm_kernel(
             if not BF16:
                 wv = wv.to(tl.float32)
         else:
-            if PACKED:  # one byte holds k = 2i (low nibble) and 2i + 1 (high nibble)
+            if PACKED:  # e2m1 codes eight to a little-endian int32 word (fp4_words.py), read as words
                 if PACK_JOIN:
-                    offs_kb = k0 // 2 + tl.arange(0, BLOCK_K // 2).to(tl.int64)
+                    offs_kw = k0 // 8 + tl.arange(0, BLOCK_K // 8).to(tl.int64)
                     if EVEN_NK:
-                        byte = tl.load(w_base + offs_kb[None, :]).to(tl.int32)
+                        word = tl.load(w_words + offs_kw[None, :])
                     else:
-                        byte = tl.load(w_base + offs_kb[None, :],
-                                       mask=nmask[:, None] & (offs_kb < K // 2)[None, :], other=0).to(tl.int32)
+                        word = tl.load(w_words + offs_kw[None, :],
+                                       mask=nmask[:, None] & (offs_kw < K // 8)[None, :], other=0)
+                    bits = _fp4_pair_bits(word)
                     if not BYTES_E2M1:
-                        code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BLOCK_N, BLOCK_K))
+                        code = tl.reshape(_pair_codes(bits), (BLOCK_N, BLOCK_K))
                     elif BYTES_BF16:
-                        val = tl.reshape(_decode_fp4_bytes_bf16(byte, MBITS, BIAS), (BLOCK_N, BLOCK_K))
+                        val = tl.reshape(_pair_values_bf16(bits, BIAS), (BLOCK_N, BLOCK_K))
                     else:
-                        val = tl.reshape(_decode_fp4_bytes(byte, MBITS, BIAS), (BLOCK_N, BLOCK_K))
-                else:
-                    byte = tl.load(w_base + (offs_k // 2)[None, :], mask=wmask, other=0).to(tl.int32)
-                    code = (byte >> ((offs_k % 2) * 4).to(tl.int32)[None, :]) & 0xF
+                        val = tl.reshape(_pair_values_f32(bits, BIAS), (BLOCK_N, BLOCK_K))
+                else:  # each element from its own word: its pair, then its half
+                    word = tl.load(w_words + (offs_k // 8)[None, :], mask=wmask, other=0)
+                    p0, p1, p2, p3 = _fp4_pairs(word)
+                    pair = ((offs_k % 8) // 2).to(tl.int32)[None, :]
+                    bits = tl.where(pair == 0, p0, tl.where(pair == 1, p1, tl.where(pair == 2, p2, p3)))
+                    half = bits >> ((offs_k % 2) * 16).to(tl.uint32)[None, :]
+                    code = (((half >> 12) & 8) | ((half >> 6) & 7)).to(tl.int32, bitcast=True)
             else:
                 code = tl.load(w_base + offs_k[None, :], mask=wmask, other=0).to(tl.int32)
             if not (PACKED and PACK_JOIN and BYTES_E2M1):

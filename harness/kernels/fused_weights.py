@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 
 import harness.formats as hf
+from harness.kernels import fp4_words
 
 # codes a device receives at once when a layer's kernel weights are built from
 # codes on the host (from_quantized_by_experts): 512 MiB, a few experts
@@ -16,8 +17,9 @@ CHUNK_BYTES = 2**29
 
 @dataclass
 class FusedWeights:
-    """Kernel format of one expert weight tensor [E, N, K]: packed fp4 / one
-    code per byte / float, plus the checkpoint's block scale bytes and, for
+    """Kernel format of one expert weight tensor [E, N, K]: e2m1 codes eight to
+    a 32-bit word in the layout of fp4_words.py, stored as the words' bytes
+    [E, N, K/2] / one code per byte / float, plus the checkpoint's block scale bytes and, for
     two-level rows, the float32 global scale of each expert, all on the
     weights' device (prepared once, at conversion). No more bytes than the
     checkpoint: the kernel decodes a block's multiplier from its scale byte
@@ -35,13 +37,38 @@ class FusedWeights:
     N: int
     K: int
 
+    def __post_init__(self):
+        """The layout the kernel reads, checked (FusedWeights can be built by
+        hand): a wrong dtype or shape would be read as other weights."""
+        shape = (self.E, self.N, self.K)
+        if self.kind == 0:
+            want = (self.data.dtype.is_floating_point, shape, "a float dtype")
+        elif self.kind == 1:
+            spec = hf.get_format(self.fmt)
+            if spec.is_fp4:
+                want = (self.data.dtype == torch.uint8, shape[:2] + (self.K // 2,),
+                        "the bytes of fp4_words' int32 words (eight e2m1 codes each)")
+            else:
+                want = (self.data.dtype == torch.uint8, shape, "uint8 codes")
+            blocks = shape[:2] + (self.K // spec.block_size,)
+            if self.scales is None or self.scales.dtype != torch.uint8 or tuple(self.scales.shape) != blocks:
+                got = None if self.scales is None else (self.scales.dtype, tuple(self.scales.shape))
+                raise ValueError(f"fused weights ({self.fmt}): scales must be uint8 {list(blocks)}, got {got}")
+        else:
+            raise ValueError(f"fused weights: kind {self.kind!r}; expected 0 (float) or 1 (codes)")
+        ok, dims, what = want
+        if not ok or tuple(self.data.shape) != tuple(dims):
+            raise ValueError(f"fused weights ({self.fmt or 'float'}): data must be {what} of shape {list(dims)}, "
+                             f"got {self.data.dtype} {list(self.data.shape)}")
+
     @classmethod
     def from_quantized(cls, q: hf.QuantizedTensor, gscale: Optional[torch.Tensor]) -> "FusedWeights":
         """`gscale`: the per-expert global scale of a two-level row ([E], [E,
         1] or one value for all experts); None for MX rows. Codes and scale
         bytes are the quant config's tensors where they already have the
         kernel's layout (contiguous uint8; codes wider than fp4), so a layer
-        holds them once; fp4 codes are packed two a byte."""
+        holds them once; e2m1 codes go into fp4_words' layout, kept as the
+        words' bytes [E, N, K/2] (as many as the packed codes)."""
         spec = q.spec
         codes, scales, _ = hf.dequantize_inputs(q.codes, q.scales, None, q.fmt)  # uint8 views, checked
         E, N, K = codes.shape
@@ -58,7 +85,11 @@ class FusedWeights:
             gs = gs.contiguous()
         elif gscale is not None:
             raise ValueError(f"{spec.name} is an MX format (E8M0 block scales only): it takes no global scale")
-        data = hf.pack_fp4(codes) if spec.is_fp4 else codes.contiguous()
+        el = spec.element
+        if spec.is_fp4 and (el.ebits, el.mbits, el.specials) != (2, 1, "none"):
+            raise ValueError(f"{spec.name}: the fused kernel stores 4-bit codes as e2m1 (fp4_words), not "
+                             f"{el.name} (ebits {el.ebits}, mbits {el.mbits}, specials {el.specials})")
+        data = fp4_words.pack(codes).view(torch.uint8) if spec.is_fp4 else codes.contiguous()
         return cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K)
 
     @classmethod

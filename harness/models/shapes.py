@@ -106,8 +106,8 @@ class Shape:
 
     def kernel_expert_bytes_per_layer(self, block: int, *, fp4: bool = True) -> int:
         """What the fused backend holds per layer on top of the quant config's
-        tensors (kernels/fused_weights.FusedWeights): fp4 codes packed two a
-        byte. The kernel format shares the rest with the config: the code
+        tensors (kernels/fused_weights.FusedWeights): fp4 codes eight to a
+        32-bit word, half a byte each. The kernel format shares the rest with the config: the code
         tensor of wider formats, the block scale bytes and the global scales."""
         n = self.expert_params_per_layer
         return n // 2 if fp4 else 0

@@ -30,7 +30,7 @@ TWO_LEVEL_GS = (1.0, 2688.0 / 7.25, 3.0e35, 1.0e-30)
 # and how bytes and multipliers are loaded (MULT_BCAST, PACK_JOIN, which the
 # tuned tables set together).
 DECODE_FLAGS = [dict(FAST_DECODE=f, MULT_BCAST=m, PACK_JOIN=m) for f, m in itertools.product((False, True), repeat=2)]
-# e2m1 rows: both nibbles of a byte by shifts (BYTE_DECODE); the other rows ignore the flag
+# e2m1 rows: values from each pair's bits in the word layout (BYTE_DECODE); the other rows ignore the flag
 DECODE_FLAGS.append(dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BYTE_DECODE=True))
 
 
@@ -39,15 +39,17 @@ def _flag_id(flags):
 
 
 def every_code_and_scale(fmt: str) -> hf.QuantizedTensor:
-    """Codes [E, 256, K]: every row holds every element code (cycled) and
-    block b of row n has scale byte (n + 37 b) % 256, so each code meets each
-    of the 256 scale bytes (E8M0 0..254 and the NaN byte 255; for E4M3 scales
-    every byte: subnormals, negatives, NaN) in every block position."""
+    """Codes [E, 256, K]: row n holds code (k + n) % n_codes at k, every
+    element code (cycled; in fp4's eight-code words, every code in every
+    position of a word across rows), and block b of row n has scale byte
+    (n + 37 b) % 256, so each code meets each of the 256 scale bytes (E8M0
+    0..254 and the NaN byte 255; for E4M3 scales every byte: subnormals,
+    negatives, NaN) in every block position."""
     spec = hf.FORMATS[fmt]
     n_codes = 1 << spec.element.width
     K = math.lcm(n_codes, 2 * spec.block_size)
     E = 1 if spec.is_mx else len(TWO_LEVEL_GS)
-    codes = (torch.arange(K) % n_codes).to(torch.uint8).expand(E, 256, K).contiguous()
+    codes = ((torch.arange(K) + torch.arange(256)[:, None]) % n_codes).to(torch.uint8).expand(E, 256, K).contiguous()
     blocks = K // spec.block_size
     scales = ((torch.arange(256).reshape(256, 1) + 37 * torch.arange(blocks)) % 256).to(torch.uint8)
     gs = None if spec.is_mx else torch.tensor(TWO_LEVEL_GS, dtype=torch.float32).reshape(E, 1)

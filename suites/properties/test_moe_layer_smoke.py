@@ -212,8 +212,8 @@ def test_fused_layer_holds_no_more_than_the_checkpoint(problem, scheme):
     for fw, q, gs in zip(moe.experts._kernel_weights, (qc.w13_q, qc.w2_q), (qc.w13_gscale, qc.w2_gscale)):
         n = fw.E * fw.N * fw.K
         assert fw.scales.dtype == torch.uint8 and fw.scales.data_ptr() == q.scales.data_ptr()
-        if spec.is_fp4:
-            assert fw.data.numel() == n // 2
+        if spec.is_fp4:  # eight codes a 32-bit word (fp4_words), half a byte each
+            assert fw.data.dtype == torch.uint8 and fw.data.numel() == n // 2
         else:
             assert fw.data.data_ptr() == q.codes.data_ptr()
         assert (fw.gscale is not None) == spec.is_two_level

@@ -1,0 +1,90 @@
+"""The fused kernel's e2m1 word layout (harness.kernels.fp4_words): a
+permutation of bits, one code's four bits at the slots' positions, and each
+pair of a word the bf16x2 pattern of its codes' values x 2^-126 by the
+shifts and masks the kernel's `_fp4_pairs` applies. The kernel's
+decode of it is held to the reference by test_kernels_fused_gemm.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import harness.formats as hf
+from harness.kernels import fp4_words
+
+PAIR_MASK = 0x81C081C0
+# what `_fp4_pairs` (fused_gemm_src.py) computes per pair, on words as int64 in [0, 2^32)
+PAIRS = (
+    lambda w: w & PAIR_MASK,
+    lambda w: (w << 3) & PAIR_MASK,
+    lambda w: (w << 6) & PAIR_MASK,
+    lambda w: ((w << 1) & 0x80008000) | ((w >> 5) & 0x01000100) | ((w >> 4) & 0x00C000C0),
+)
+
+
+def _e2m1(codes: torch.Tensor) -> torch.Tensor:
+    return hf.dequantize(hf.QuantizedTensor(codes.reshape(1, -1), torch.full((1, codes.numel() // 32), 127,
+                                                                             dtype=torch.uint8), None, "mxfp4"))
+
+
+def test_every_code_in_every_slot_round_trips():
+    """Slot s of word j takes code c while the other slots hold random codes:
+    unpack(pack(x)) == x, and only slot s's bits move with c."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.randint(0, 16, (16, 8, 8), generator=g, dtype=torch.uint8)  # [code, slot, 8 codes]
+    for slot in range(8):
+        codes = base[:, slot].clone()
+        codes[:, slot] = torch.arange(16, dtype=torch.uint8)
+        words = fp4_words.pack(codes)
+        assert torch.equal(fp4_words.unpack(words), codes)
+        sign, mag = fp4_words.SLOTS[slot]
+        own = sum(1 << b for b in (sign, *mag))
+        w = words.to(torch.int64) & 0xFFFFFFFF
+        for c in range(16):
+            bits = [(int(w[c, 0]) >> b) & 1 for b in (sign, *mag)]
+            assert bits == [(c >> 3) & 1, (c >> 2) & 1, (c >> 1) & 1, c & 1], (slot, c)
+        others = codes.clone()
+        others[:, slot] = 0
+        assert torch.equal(w & ~own & 0xFFFFFFFF, fp4_words.pack(others).to(torch.int64) & 0xFFFFFFFF & ~own)
+
+
+def test_each_pair_is_the_bf16_pattern_of_its_codes():
+    """Pair p of a word holds codes 2p, 2p + 1 as bf16 patterns whose values
+    x 2^126 are the codes' e2m1 values, for every pair of codes."""
+    c = torch.arange(256)
+    lo, hi = (c % 16).to(torch.uint8), (c // 16).to(torch.uint8)
+    for p in range(4):
+        codes = torch.zeros(256, 8, dtype=torch.uint8)
+        codes[:, 2 * p], codes[:, 2 * p + 1] = lo, hi
+        w = fp4_words.pack(codes).reshape(256).to(torch.int64) & 0xFFFFFFFF
+        bits = PAIRS[p](w) & 0xFFFFFFFF
+        halves = torch.stack([bits & 0xFFFF, bits >> 16], -1).to(torch.int32)
+        val = (halves << 16).view(torch.float32) * 2.0 ** 126  # bf16 pattern in float32's top half
+        want = _e2m1(torch.stack([lo, hi], -1).reshape(-1)).reshape(256, 2)
+        assert torch.equal(val.view(torch.int32), want.view(torch.int32)), p
+
+
+def test_pack_refuses_what_it_cannot_hold():
+    with pytest.raises(ValueError, match="uint8 codes"):
+        fp4_words.pack(torch.zeros(2, 8, dtype=torch.int32))
+    with pytest.raises(ValueError, match="divisible by 8"):
+        fp4_words.pack(torch.zeros(2, 12, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="int32 words"):
+        fp4_words.unpack(torch.zeros(2, 1, dtype=torch.float32))
+
+
+def test_fused_weights_refuse_a_layout_the_kernel_would_misread():
+    """FusedWeights can be built by hand: e2m1 data must be the words' bytes
+    [E, N, K/2] uint8, wider codes [E, N, K] uint8, scales [E, N, K/B]."""
+    from harness.kernels.fused_weights import FusedWeights
+
+    E, N, K = 2, 4, 64
+    words = torch.zeros(E, N, K // 8, dtype=torch.int32)
+    scales = torch.zeros(E, N, K // 32, dtype=torch.uint8)
+    FusedWeights(1, words.view(torch.uint8), scales, None, "mxfp4", E, N, K)
+    with pytest.raises(ValueError, match=r"mxfp4\): data must be the bytes of fp4_words' int32 words .* \[2, 4, 32\], "
+                                         r"got torch.int32 \[2, 4, 8\]"):
+        FusedWeights(1, words, scales, None, "mxfp4", E, N, K)
+    with pytest.raises(ValueError, match=r"mxfp8_e4m3\): data must be uint8 codes of shape \[2, 4, 64\]"):
+        FusedWeights(1, words.view(torch.uint8), scales, None, "mxfp8_e4m3", E, N, K)
+    with pytest.raises(ValueError, match=r"scales must be uint8 \[2, 4, 2\]"):
+        FusedWeights(1, words.view(torch.uint8), scales.float(), None, "mxfp4", E, N, K)
