@@ -187,12 +187,16 @@ class ExpertsBase(torch.nn.Module):
         act = get_activation(activation)
         T, H = hidden.shape
         k = topk_ids.shape[1]
-        # bf16 hand-offs: a weight-only layer whose GEMMs take bf16 operands (fused, precision "bf16", no
-        # activation QDQ, no post factor) gives them bf16 tensors (the bits they round to), sparing a
-        # conversion pass each; with the debug trace on, its float32 intermediates are kept as they are
-        handoff = (self.backend == "fused" and self.quant_dtype is None and self.trace is None
-                   and not self.scheme.two_level and self._precision(hidden.device) == "bf16")
-        x = hidden if handoff and hidden.dtype == torch.bfloat16 else hidden.to(torch.float32)
+        # bf16 hand-offs: where the GEMMs take bf16 operands (fused, precision "bf16", no post factor) they
+        # get bf16 tensors (the bits they round to), sparing a conversion pass each: a bf16 hidden as it is
+        # (weight-only), or its MX QDQ computed from it in bf16 (the float32 QDQ rounded once, to nearest
+        # even, as the GEMM would round it); silu's output in bf16 only without an activation QDQ, which
+        # reads the float32 values. With the debug trace on, the float32 intermediates are kept as they are
+        bf16_gemms = (self.backend == "fused" and self.trace is None and not self.scheme.two_level
+                      and self._precision(hidden.device) == "bf16")
+        handoff = bf16_gemms and self.quant_dtype is None
+        a1_bf16 = bf16_gemms and quantize_input.quant_kind(self.quant_dtype) in ("none", "mx")
+        x = hidden if a1_bf16 and hidden.dtype == torch.bfloat16 else hidden.to(torch.float32)
         if self.expects_unquantized_inputs:
             x = self.quantize_activation(x, self.a1_input_scale())
         w = self.dequantize_weights() if self.backend == "unfused" else None

@@ -246,12 +246,15 @@ def test_fused_activation_is_bitwise_torch(activation):
         kernel(h, torch.float16)
 
 
-@pytest.mark.parametrize("family", ["qwen3", "gpt_oss"])
-def test_weight_only_bf16_handoffs_change_no_bit(family):
-    """A fused w_mxfp4 layer at precision "bf16" hands its GEMMs bf16 tensors
-    (the bf16 hidden as is, silu rounded in its own pass); with the debug
-    trace on it keeps the float32 intermediates and converts in the GEMM.
-    Both give the same output bits, in eager mode and from a CUDA graph."""
+@pytest.mark.parametrize("family,scheme", [("qwen3", "w_mxfp4"), ("gpt_oss", "w_mxfp4"),
+                                           ("qwen3", "w_mxfp4_a_mxfp4"), ("gpt_oss", "w_mxfp4_a_mxfp6_e2m3")])
+def test_bf16_handoffs_change_no_bit(family, scheme):
+    """A fused layer at precision "bf16" hands its GEMMs bf16 tensors: the
+    bf16 hidden as is (w_mxfp4) or its MX QDQ computed in bf16 (the MX
+    activation schemes), silu rounded in its own pass where no QDQ follows;
+    with the debug trace on it keeps the float32 intermediates and converts
+    in the GEMM. Both give the same output bits, in eager mode and from a
+    CUDA graph."""
     import harness.moe as hm
 
     dev = torch.device("cuda")
@@ -261,7 +264,7 @@ def test_weight_only_bf16_handoffs_change_no_bit(family):
     kw = {}
     if family == "gpt_oss":
         kw = dict(w13_bias=torch.randn(E, 2 * I, generator=g), w2_bias=torch.randn(E, H, generator=g))
-    moe = hm.build_emulated_moe("w_mxfp4", w13.to(dev), w2.to(dev), top_k=k, backend="fused",
+    moe = hm.build_emulated_moe(scheme, w13.to(dev), w2.to(dev), top_k=k, backend="fused",
                                 activation="swiglu_clamp" if family == "gpt_oss" else "silu",
                                 **{n: t.to(dev) for n, t in kw.items()})
     x = (torch.randn(T, H, generator=g) * 2).to(dev, torch.bfloat16)
