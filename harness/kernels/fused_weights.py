@@ -39,12 +39,14 @@ class FusedWeights:
 
     def __post_init__(self):
         """The layout the kernel reads, checked (FusedWeights can be built by
-        hand): a wrong dtype or shape would be read as other weights."""
+        hand): a wrong dtype, shape, stride or global scale would be read as
+        other weights."""
         shape = (self.E, self.N, self.K)
         if self.kind == 0:
             want = (self.data.dtype.is_floating_point, shape, "a float dtype")
         elif self.kind == 1:
             spec = hf.get_format(self.fmt)
+            self._check_gscale(spec)
             if spec.is_fp4:
                 want = (self.data.dtype == torch.uint8, shape[:2] + (self.K // 2,),
                         "the bytes of fp4_words' int32 words (eight e2m1 codes each)")
@@ -60,6 +62,32 @@ class FusedWeights:
         if not ok or tuple(self.data.shape) != tuple(dims):
             raise ValueError(f"fused weights ({self.fmt or 'float'}): data must be {what} of shape {list(dims)}, "
                              f"got {self.data.dtype} {list(self.data.shape)}")
+        # the kernel takes the expert and row strides as given (experts may lie far apart, checks/offsets.py)
+        # but steps along K with unit stride, and reads e2m1 rows as int32 words
+        for name in ("data", "scales"):
+            t = getattr(self, name)
+            if t is not None and t.shape[-1] > 1 and t.stride(-1) != 1:
+                raise ValueError(f"fused weights ({self.fmt or 'float'}): {name} must have unit stride along its "
+                                 f"last dimension, got strides {list(t.stride())} for shape {list(t.shape)}")
+        if self.kind == 1 and spec.is_fp4:
+            offsets = (self.data.storage_offset(), *self.data.stride()[:2])
+            if any(o % 4 for o in offsets):
+                raise ValueError(f"fused weights ({self.fmt}): data's storage offset and expert / row strides "
+                                 f"{list(offsets)} (bytes) must be multiples of 4: the kernel reads int32 words")
+
+    def _check_gscale(self, spec) -> None:
+        """Two-level rows take one float32 global scale per expert, MX rows
+        none: `two_level` (whether the kernel divides by it) is read from
+        its presence."""
+        g = self.gscale
+        if spec.is_mx:
+            if g is not None:
+                raise ValueError(f"fused weights ({self.fmt}): an MX format takes no global scale, got "
+                                 f"{list(g.shape)}")
+        elif g is None or g.dtype != torch.float32 or tuple(g.shape) != (self.E,) or not g.is_contiguous():
+            got = None if g is None else f"{g.dtype} {list(g.shape)} strides {list(g.stride())}"
+            raise ValueError(f"fused weights ({self.fmt}): gscale must be contiguous float32 [{self.E}] (one per "
+                             f"expert), got {got}")
 
     @classmethod
     def from_quantized(cls, q: hf.QuantizedTensor, gscale: Optional[torch.Tensor]) -> "FusedWeights":

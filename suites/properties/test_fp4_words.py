@@ -88,3 +88,38 @@ def test_fused_weights_refuse_a_layout_the_kernel_would_misread():
         FusedWeights(1, words.view(torch.uint8), scales, None, "mxfp8_e4m3", E, N, K)
     with pytest.raises(ValueError, match=r"scales must be uint8 \[2, 4, 2\]"):
         FusedWeights(1, words.view(torch.uint8), scales.float(), None, "mxfp4", E, N, K)
+
+
+def test_fused_weights_refuse_strides_and_global_scales_the_kernel_would_misread():
+    """Strides: unit along K, and (e2m1) byte offset and expert / row strides
+    in whole int32 words; experts may lie anywhere apart. Global scale: one
+    contiguous float32 per expert for two-level formats, none for MX (the
+    kernel divides by it exactly when it is there)."""
+    from harness.kernels.fused_weights import FusedWeights
+
+    E, N, K = 2, 4, 64
+    data = torch.zeros(E, N, K // 2, dtype=torch.uint8)
+    mx_scales = torch.zeros(E, N, K // 32, dtype=torch.uint8)
+    nv_scales = torch.zeros(E, N, K // 16, dtype=torch.uint8)
+    gs = torch.ones(E)
+    far = torch.zeros(E * 4096, dtype=torch.uint8).as_strided((E, N, K // 2), (4096, K // 2, 1))
+    FusedWeights(1, far, mx_scales, None, "mxfp4", E, N, K)  # experts apart, as checks/offsets.py lays them
+    FusedWeights(1, data, nv_scales, gs, "nvfp4", E, N, K)
+    with pytest.raises(ValueError, match=r"mxfp4\): data must have unit stride along its last dimension"):
+        FusedWeights(1, torch.zeros(E, K // 2, N, dtype=torch.uint8).transpose(1, 2), mx_scales, None, "mxfp4",
+                     E, N, K)
+    with pytest.raises(ValueError, match=r"scales must have unit stride"):
+        FusedWeights(1, data, torch.zeros(E, K // 32, N, dtype=torch.uint8).transpose(1, 2), None, "mxfp4", E, N, K)
+    with pytest.raises(ValueError, match=r"storage offset and expert / row strides \[1, 128, 32\]"):
+        FusedWeights(1, torch.zeros(E * N * K // 2 + 1, dtype=torch.uint8)[1:].view(E, N, K // 2), mx_scales, None,
+                     "mxfp4", E, N, K)
+    rows_apart = torch.zeros(E * N * 34, dtype=torch.uint8).as_strided((E, N, K // 2), (N * 34, 34, 1))
+    with pytest.raises(ValueError, match=r"\[0, 136, 34\] \(bytes\) must be multiples of 4"):
+        FusedWeights(1, rows_apart, mx_scales, None, "mxfp4", E, N, K)
+    with pytest.raises(ValueError, match=r"mxfp4\): an MX format takes no global scale, got \[2\]"):
+        FusedWeights(1, data, mx_scales, gs, "mxfp4", E, N, K)
+    for bad, got in ((None, "None"), (gs[:1], r"torch.float32 \[1\]"), (gs.double(), "torch.float64"),
+                     (gs[:1].expand(E), r"torch.float32 \[2\] strides \[0\]"), (gs.reshape(E, 1), r"torch.float32 \[2, 1\]")):
+        with pytest.raises(ValueError, match=r"nvfp4\): gscale must be contiguous float32 \[2\] \(one per expert\), "
+                                             rf"got {got}"):
+            FusedWeights(1, data, nv_scales, bad, "nvfp4", E, N, K)
