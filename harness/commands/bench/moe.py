@@ -26,6 +26,7 @@ from harness.moe.baselines import bf16_grouped_forward, bf16_loop_forward
 from harness.moe.graphs import capture_forward
 from harness.moe import build_emulated_moe, calibrate_activation_scales
 from harness.kernels import fused_gemm as _fused
+from harness.kernels.launch_config import resolve_mode, vendor_of
 from harness.moe.schemes import get_scheme
 from harness.commands.bench import moe_peer
 from harness.commands.convention import refuse, report_dir
@@ -162,8 +163,7 @@ def run(args) -> dict:
             for T, (x, lg) in inputs.items():
                 routed = limits.routed_experts(lg, k)
                 read_routed = limits.read_limit_ms(routed, H, I, fmt, lim["copy_gbps"])
-                auto = "predequant" if (device.type == "cuda"
-                                        and T * k >= _fused.PREDEQUANT_MIN_ROWS_PER_EXPERT * E) else "fused"
+                auto = resolve_mode("auto", vendor_of(device), 1, T * k, E)  # the mode the layer's auto runs
                 timed = {}
                 for mode in ("fused", "predequant"):
                     if mode == "predequant" and device.type != "cuda":
