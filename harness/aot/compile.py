@@ -180,13 +180,57 @@ def _cuda_metrics(cubin: bytes, name: str) -> dict:
     return dict(n_regs=reg, n_spills=local // 4, stack_bytes=stack, local_bytes=local, static_shared=shared)
 
 
+_SASS_LINE = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+_GCN_LINE = re.compile(r"\s+([a-z][a-z0-9_]*)(?:\s|$)")
+
+
+def isa_mix(ck, target: Target) -> dict:
+    """The compiled kernel's machine instructions by opcode (`--isa`): SASS
+    from cuobjdump on CUDA (opcodes with their modifiers, predicates
+    dropped), the AMDGCN text Triton keeps on ROCm (mnemonics between the
+    kernel's label and its end label). Whole kernel, not per loop."""
+    counts: dict = {}
+    if target.backend == "hip":
+        name = ck.metadata.name
+        lines = ck.asm["amdgcn"].splitlines()
+        try:
+            start = next(i for i, line in enumerate(lines) if line.split(";")[0].strip() == f"{name}:")
+            end = next(i for i in range(start, len(lines)) if lines[i].startswith(".Lfunc_end"))
+        except StopIteration:
+            raise RuntimeError(f"no body of {name} found in its AMDGCN text") from None
+        ops = [m.group(1) for line in lines[start + 1:end] if (m := _GCN_LINE.match(line))]
+    else:
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(ck.asm["cubin"])
+            f.flush()
+            sass = subprocess.run([_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        ops = [m.group(1) for line in sass.splitlines() if (m := _SASS_LINE.match(line))]
+    if not ops:
+        raise RuntimeError(f"no instructions read from the {target.name} code of {ck.metadata.name}")
+    for op in ops:
+        counts[op] = counts.get(op, 0) + 1
+    return dict(instructions=len(ops), opcodes=dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))))
+
+
+def isa_groups(opcodes: dict) -> dict:
+    """Opcode counts grouped for reading: SASS opcodes without their
+    modifiers (ptxas' register move IMAD.MOV kept apart from IMAD), AMDGCN
+    mnemonics as they are."""
+    out: dict = {}
+    for op, n in opcodes.items():
+        key = "IMAD.MOV" if op.startswith("IMAD.MOV") else op.split(".")[0]
+        out[key] = out.get(key, 0) + n
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 _FP8 = re.compile(r"f8E\d\w*")  # MLIR fp8 types, e.g. tensor<256xf8E4M3FN>
 _ASM = re.compile(r"elementwise_inline_asm")
 
 
-def compile_variant(fn, variant: dict, target: Target) -> dict:
+def compile_variant(fn, variant: dict, target: Target, isa: bool = False) -> dict:
     """Compile one launch for one target; a result row (never raises for a
-    kernel that does not compile: that is a "fail" row)."""
+    kernel that does not compile: that is a "fail" row). `isa`: the row also
+    holds its instruction mix (isa_mix)."""
     triton, ASTSource, GPUTarget = _triton_api()
     row = dict(target=target.name, shared_limit=target.shared_limit)
     t0 = time.perf_counter()
@@ -209,6 +253,8 @@ def compile_variant(fn, variant: dict, target: Target) -> dict:
     fp8 = sorted(set(_FP8.findall(ttir)))
     row.update(n_regs=metrics.pop("n_regs"), n_spills=metrics.pop("n_spills"), shared=shared, details=metrics,
                fp8_types=fp8, inline_asm=len(_ASM.findall(ttir)))
+    if isa:
+        row["isa"] = isa_mix(ck, target)
     return judge(row, target)
 
 
@@ -309,12 +355,14 @@ def default_cache_dir() -> Path:
     return Path(base) / "moe-harness" / "targets"
 
 
-def cache_key(item: dict, target: Target, triton_version: str) -> str:
-    blob = json.dumps(dict(v=CACHE_VERSION, triton=triton_version, target=target.name, kernel=item["kernel"],
-                           text=item["source"]["text_sha256"], jit=item["source"]["triton_cache_key"],
-                           signature=item["signature"], constexprs=item["constexprs"], options=item["options"],
-                           ints=item["ints"]),
-                      sort_keys=True)
+def cache_key(item: dict, target: Target, triton_version: str, isa: bool = False) -> str:
+    key = dict(v=CACHE_VERSION, triton=triton_version, target=target.name, kernel=item["kernel"],
+               text=item["source"]["text_sha256"], jit=item["source"]["triton_cache_key"],
+               signature=item["signature"], constexprs=item["constexprs"], options=item["options"],
+               ints=item["ints"])
+    if isa:  # rows with their instruction mix are cached apart (the default key is unchanged)
+        key["isa"] = True
+    blob = json.dumps(key, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -345,8 +393,8 @@ def _jit_for(kernel: str):
 
 
 def _compile_task(task):
-    item, target_name = task
-    row = compile_variant(_jit_for(item["kernel"]), item, TARGETS[target_name])
+    item, target_name, isa = task
+    row = compile_variant(_jit_for(item["kernel"]), item, TARGETS[target_name], isa)
     return row
 
 
@@ -369,9 +417,10 @@ def _stop_pool(pool, grace_s: float = 5.0) -> None:
 
 
 def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_dir=None, progress=None,
-        coverage="all") -> dict:
+        coverage="all", isa=False) -> dict:
     """Compile (or read from the cache) every work item for every target; the JSON document.
-    coverage "pairs" compiles select_pairs() of the launches instead of all."""
+    coverage "pairs" compiles select_pairs() of the launches instead of all; `isa`: every row
+    with its instruction mix (isa_mix)."""
     triton, _, _ = _triton_api()
     unknown = [t for t in target_names if t not in TARGETS]
     if unknown:
@@ -389,7 +438,7 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
     rows, todo = [], []
     for t in target_names:
         for item in lists[TARGETS[t].backend]:
-            key = cache_key(item, TARGETS[t], triton.__version__)
+            key = cache_key(item, TARGETS[t], triton.__version__, isa)
             hit = _cache_get(cache, key)
             base = dict(kernel=item["kernel"], config=item["config"], ints=item["ints"], aliases=item["aliases"])
             if hit is not None:
@@ -412,7 +461,7 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
                 # meanwhile is raised as the block ends, inside this try, so the pool is stopped below
                 with interrupt.deferred():
                     pool = ctx.Pool(jobs, initializer=_init_worker, initargs=(triton_cache,))
-                results = pool.imap(_compile_task, [(item, t) for _, _, _, item, t in todo], chunksize=4)
+                results = pool.imap(_compile_task, [(item, t, isa) for _, _, _, item, t in todo], chunksize=4)
                 for n, ((i, key, base, _, _), row) in enumerate(zip(todo, results)):
                     _cache_put(cache, key, row)
                     rows[i] = dict(base, **row, cached=False)
@@ -429,7 +478,7 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
                     pool.join()
         else:
             for n, (i, key, base, item, t) in enumerate(todo):
-                row = compile_variant(_jit_for(item["kernel"]), item, TARGETS[t])
+                row = compile_variant(_jit_for(item["kernel"]), item, TARGETS[t], isa)
                 _cache_put(cache, key, row)
                 rows[i] = dict(base, **row, cached=False)
                 if progress:
@@ -441,7 +490,7 @@ def run(target_names, kernel_patterns=None, config_patterns=None, jobs=1, cache_
         else:
             os.environ["TRITON_CACHE_DIR"] = old
     return dict(
-        meta=dict(triton_version=triton.__version__, coverage=coverage, launches=n_launches,
+        meta=dict(triton_version=triton.__version__, coverage=coverage, isa=isa, launches=n_launches,
                   selected={b: len(v) for b, v in lists.items()},
                   targets={t: dict(shared_limit=TARGETS[t].shared_limit,
                                                                       limit_source=TARGETS[t].limit_source)
@@ -515,6 +564,14 @@ def table(doc: dict, verbose: bool = False) -> str:
             if r.get("error"):
                 lines.append("    " + r["error"].splitlines()[0][:300])
     m = doc["meta"]
+    if m.get("isa"):
+        lines.append("")
+        lines.append("instruction mix (whole kernel; SASS opcodes without modifiers, AMDGCN mnemonics):")
+        for r in doc["results"]:
+            if "isa" in r:
+                top = ", ".join(f"{op} {n}" for op, n in list(isa_groups(r["isa"]["opcodes"]).items())[:10])
+                lines.append(f"{r['target']:<7} {r['kernel']} {r['config']} {r['ints']}: "
+                             f"{r['isa']['instructions']} instructions; {top}")
     lines.append("")
     for b, n in m["launches"].items():
         lines.append(f"coverage {m['coverage']}: {m['selected'][b]} of {n} distinct launches on {b} (launch "

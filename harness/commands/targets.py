@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "constexpr/option values that occur together (make test's quick gate)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="compile in this many processes (default: min(2, CPUs))")
+    parser.add_argument("--isa", action="store_true",
+                        help="also record each launch's machine instructions by opcode (SASS / AMDGCN) and print "
+                             "their counts")
     parser.add_argument("--json", metavar="PATH", help="also write the JSON document here")
     parser.add_argument("--cache-dir", default=None, help=f"result cache (default: {default_cache_dir()})")
     parser.add_argument("--no-cache", action="store_true", help="recompile everything and store nothing")
@@ -39,6 +42,8 @@ def _command_line(args) -> str:
         parts.append("--kernels " + ",".join(args.kernels))
     if args.configs:
         parts.append("--configs " + ",".join(args.configs))
+    if args.isa:
+        parts.append("--isa")
     return " ".join(parts)
 
 
@@ -53,7 +58,7 @@ def main(args) -> int:
             print(f"compiled {n}/{total}", file=sys.stderr, flush=True)
 
     try:
-        doc = run(args.targets, args.kernels, args.configs, args.jobs, cache, progress, args.coverage)
+        doc = run(args.targets, args.kernels, args.configs, args.jobs, cache, progress, args.coverage, args.isa)
     except (ValueError, RuntimeError) as exc:
         print(f"moe-harness targets: {exc}", file=sys.stderr)
         return 2

@@ -65,6 +65,14 @@ def _pair_values_bf16(bits, BIAS: tl.constexpr):
 
 
 @triton.jit
+def _bf16_top(v):
+    """float32 values that are bf16 numbers -> those bf16 numbers, by their
+    top 16 bits (a float32 bf16 number has zeros below; Inf keeps its bits and
+    a quiet NaN its quiet bit). Exact only there: no rounding is done."""
+    return (v.to(tl.uint32, bitcast=True) >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
 def _block_mult(sc, gs_w, TWO_LEVEL: tl.constexpr, RAW_S: tl.constexpr, S_MBITS: tl.constexpr,
                 S_WIDTH: tl.constexpr, S_BIAS: tl.constexpr, S_SIGN_BIT: tl.constexpr, S_SPECIALS: tl.constexpr,
                 S_NAN_CODE: tl.constexpr, S_INF_CODE: tl.constexpr, S_MIN_NORMAL: tl.constexpr):
@@ -108,6 +116,9 @@ def _moe_gemm_kernel(
     EVEN_NK: tl.constexpr = False,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: weight loads need no masks
     BYTE_DECODE: tl.constexpr = False,  # e2m1 under FAST_DECODE and PACK_JOIN: values from the pair bits
     BF16_DECODE: tl.constexpr = False,  # e2m1 decoded and scaled in bf16 (precision "bf16" GEMMs only)
+    # BF16_DECODE's two multiplies in float32, the bf16 operand their top halves (_bf16_top): exact, as each
+    # product is a bf16 number; for targets without a packed bf16 multiply (launch_config.ROCM_BF16_CODE_CONFIGS)
+    BF16_TRUNC: tl.constexpr = False,
     # the epilogue of one split (the host sets them only with SPLIT_K 1): + bias[e, n], then * row_scale[pair]
     HAS_BIAS: tl.constexpr = False, ROW_SCALE: tl.constexpr = False,
 ):
@@ -172,7 +183,7 @@ def _moe_gemm_kernel(
                     bits = _fp4_pair_bits(word)
                     if not BYTES_E2M1:
                         code = tl.reshape(_pair_codes(bits), (BLOCK_N, BLOCK_K))
-                    elif BYTES_BF16:
+                    elif BYTES_BF16 and not BF16_TRUNC:
                         val = tl.reshape(_pair_values_bf16(bits, BIAS), (BLOCK_N, BLOCK_K))
                     else:
                         val = tl.reshape(_pair_values_f32(bits, BIAS), (BLOCK_N, BLOCK_K))
@@ -198,10 +209,12 @@ def _moe_gemm_kernel(
                                  other=0).to(tl.int32)
                 m = _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
                                 S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL)
-                if BYTES_BF16:  # exact: e2m1 x (2^k or an E4M3 value) fits bf16's 8-bit significand
+                if BYTES_BF16 and not BF16_TRUNC:  # exact: e2m1 x (2^k or an E4M3 value) fits bf16's 8 bits
                     m = m.to(tl.bfloat16)
                 wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
                                 (BLOCK_N, BLOCK_K))
+                if BYTES_BF16 and BF16_TRUNC:  # the same products, computed in float32
+                    wv = _bf16_top(wv)
             else:
                 sc = tl.load(m_base + (offs_k // QBLOCK)[None, :], mask=wmask, other=0).to(tl.int32)
                 wv = val * _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,

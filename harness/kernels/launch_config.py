@@ -26,7 +26,7 @@ the dequant pass and the GEMM on its scratch.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Mapping, Optional
 
 import torch
@@ -54,6 +54,7 @@ class LaunchRow:
     PACK_JOIN: Optional[bool] = None
     BYTE_DECODE: Optional[bool] = None
     BF16_DECODE: Optional[bool] = None
+    BF16_TRUNC: Optional[bool] = None
 
     def settings(self) -> dict:
         """The fields that are set, as `override=` takes them."""
@@ -63,7 +64,7 @@ class LaunchRow:
 # Launch flags of the weight decode (kernel docs in fused_gemm_src.py).
 # BF16_DECODE acts only in launches with bf16 operands/output (select_launch
 # drops it elsewhere): there every multiplier is exact in bf16.
-DECODE_FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE", "BF16_DECODE")
+DECODE_FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE", "BF16_DECODE", "BF16_TRUNC")
 _DECODE = dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BYTE_DECODE=True)
 
 # GPU launch rows by BLOCK_M class (tuned on an H200, see docs/benchmarks.md;
@@ -98,18 +99,30 @@ ROCM_F32_CONFIGS = {
 # need 72-96 KiB of LDS on gfx942. The same BLOCK_N with 2 stages (and BLOCK_K
 # 128 below BLOCK_M 64) needs 20-48 KiB there (`moe-harness targets`).
 # Chosen to fit, not yet tuned on an MI300X. Code-decoding launches
-# (1-byte weights and smaller) keep GPU_CONFIGS on ROCm: <= 64 KiB there.
+# (1-byte weights and smaller) keep the GPU_CONFIGS tiles on ROCm: <= 64 KiB there.
 ROCM_BF16_FLOAT_CONFIGS = {
     "small": LaunchRow(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=2),
     "large": LaunchRow(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=2),
     "large_float": LaunchRow(BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=2),
 }
+# ROCm with bf16 operands on element codes: the H200 rows, BF16_DECODE's
+# multiplies done in float32 and truncated to bf16 (BF16_TRUNC; the same bits).
+# gfx942 and gfx950 have no packed bf16 multiply: there each bf16 product is a
+# float32 multiply and a software round to nearest even (bit extract, add,
+# NaN compare, select), needless where every product is a bf16 number. The
+# "small" w_mxfp4 launch at BLOCK_M 16 compiles to 1844 instead of 3391
+# instructions on gfx942 (docs/targets.md, `moe-harness targets --isa`); on
+# sm_90, whose HMUL2 multiplies bf16 pairs, the same change costs (1176 ->
+# 1504), so CUDA keeps bf16 multiplies. Not yet timed on an MI300X.
+ROCM_BF16_CODE_CONFIGS = {name: replace(row, BF16_DECODE=True, BF16_TRUNC=True)
+                          for name, row in GPU_CONFIGS.items() if row.BYTE_DECODE}
 # The Triton interpreter (CPU tensors): one small tile for every launch, the
 # kernel's default flags.
 INTERP_CONFIGS = dict.fromkeys(GPU_CONFIGS, LaunchRow(BLOCK_N=16, BLOCK_K=32))
 
 TABLES = {"GPU_CONFIGS": GPU_CONFIGS, "ROCM_F32_CONFIGS": ROCM_F32_CONFIGS,
-          "ROCM_BF16_FLOAT_CONFIGS": ROCM_BF16_FLOAT_CONFIGS, "INTERP_CONFIGS": INTERP_CONFIGS}
+          "ROCM_BF16_FLOAT_CONFIGS": ROCM_BF16_FLOAT_CONFIGS, "ROCM_BF16_CODE_CONFIGS": ROCM_BF16_CODE_CONFIGS,
+          "INTERP_CONFIGS": INTERP_CONFIGS}
 # tl.dot operand classes (`operands`)
 OPERANDS = ("bf16", "bf16, float weights", "float32")
 # The tables a launch reads by vendor and operand class: the first table that
@@ -117,7 +130,7 @@ OPERANDS = ("bf16", "bf16, float weights", "float32")
 # rows it has).
 VENDOR_TABLES = {
     "cuda": dict.fromkeys(OPERANDS, ("GPU_CONFIGS",)),
-    "rocm": {"bf16": ("GPU_CONFIGS",),
+    "rocm": {"bf16": ("ROCM_BF16_CODE_CONFIGS", "GPU_CONFIGS"),
              "bf16, float weights": ("ROCM_BF16_FLOAT_CONFIGS", "GPU_CONFIGS"),
              "float32": ("ROCM_F32_CONFIGS", "GPU_CONFIGS")},
     "interpreter": dict.fromkeys(OPERANDS, ("INTERP_CONFIGS",)),
@@ -180,6 +193,7 @@ class LaunchConfig:
     PACK_JOIN: Optional[bool]
     BYTE_DECODE: Optional[bool]
     BF16_DECODE: Optional[bool]
+    BF16_TRUNC: Optional[bool]
     EVEN_NK: bool
     SPLIT_K: int
     SPLIT_BLOCKS: int
@@ -330,7 +344,9 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         cfg.update(dict.fromkeys(DECODE_FLAGS))
     if not bf16:  # "ieee" multipliers (fl32(s / gs)) are not exact in bf16
         cfg["BF16_DECODE"] = None
-    if interpret and cfg["BF16_DECODE"]:
+    if not cfg["BF16_DECODE"]:  # how BF16_DECODE multiplies
+        cfg["BF16_TRUNC"] = None
+    if interpret and cfg["BF16_DECODE"] and not cfg["BF16_TRUNC"]:
         # The Triton interpreter's bf16 arithmetic is wrong (0x8040 * 2^126 gave -2^-63, not -0.5; triton 3.9).
         raise ValueError("launch flag BF16_DECODE needs a CUDA/ROCm device: the Triton interpreter (CPU) does not "
                          "compute bf16 arithmetic correctly")

@@ -201,6 +201,8 @@ def test_gemm_with_a_k_tail_picks_out_every_weight_gpu(K, gpu_device):
 
 
 def test_bf16_decode_refused_on_the_interpreter():
+    """Its bf16 multiplies are; with BF16_TRUNC (float32 multiplies, no bf16
+    arithmetic) the interpreter runs it (the test below)."""
     q = every_code_and_scale("mxfp4")
     fw = _fused_weights(q)
     with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
@@ -208,6 +210,50 @@ def test_bf16_decode_refused_on_the_interpreter():
     with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
         lc.select_launch("gemm", "interpreter", kind=1, fmt="mxfp4", bf16=True, block_m=16, n=64, k=64,
                          override=dict(BF16_DECODE=True))
+    assert lc.select_launch("gemm", "interpreter", kind=1, fmt="mxfp4", bf16=True, block_m=16, n=64, k=64,
+                            override=dict(BF16_DECODE=True, BF16_TRUNC=True)).BF16_TRUNC is True
+
+
+TRUNC = dict(BF16_DECODE=True, BF16_TRUNC=True)
+E2M1_FORMATS = [f for f in hf.FORMAT_NAMES if hf.FORMATS[f].is_fp4]
+
+
+@pytest.mark.parametrize("fmt", E2M1_FORMATS)
+def test_bf16_trunc_dequant_every_code_and_scale_byte(fmt):
+    """BF16_TRUNC (ROCm's tables): BF16_DECODE's products computed in float32
+    and truncated to their top 16 bits. Exact because each product is a bf16
+    number (e2m1 x 2^k, e2m1 x E4M3 s); on the interpreter, every code x
+    scale byte of the bf16 dequant pass is bit for bit the reference's value
+    rounded once to bf16 (NaN scales, -0.0, subnormal products). The flag
+    acts on e2m1 only (BYTE_DECODE's pair bits); the other formats' bf16
+    conversion is the interpreter's, which flushes bf16 subnormals (their
+    GPU test below)."""
+    q = every_code_and_scale(fmt)
+    flags = dict(lc.GPU_CONFIGS["small"].settings(), **TRUNC)
+    flags = {k: v for k, v in flags.items() if k in lc.DECODE_FLAGS}
+    got = fused_gemm._dequantize(_fused_weights(q), torch.bfloat16, flags)
+    assert_bitwise_equal(got, _bf16_operands(q), f"{fmt} {flags}")
+
+
+def test_rocm_code_launches_truncate_where_cuda_multiplies_in_bf16():
+    """ROCm's bf16 launches on codes take the H200 rows with BF16_TRUNC (no
+    packed bf16 multiply there: docs/targets.md), the dequant pass included;
+    CUDA keeps bf16 multiplies; the flag goes wherever BF16_DECODE does not act."""
+    kw = dict(kind=1, fmt="mxfp4", block_m=16, n=64, k=2048)
+    rocm = lc.select_launch("gemm", "rocm", bf16=True, **kw)
+    assert (rocm.table, rocm.row, rocm.BF16_DECODE, rocm.BF16_TRUNC) == ("ROCM_BF16_CODE_CONFIGS", "small", True, True)
+    small = lc.GPU_CONFIGS["small"]
+    assert (rocm.BLOCK_N, rocm.BLOCK_K, rocm.num_warps, rocm.num_stages) == (
+        small.BLOCK_N, small.BLOCK_K, small.num_warps, small.num_stages)
+    deq = lc.select_launch("dequant", "rocm", bf16=True, **kw)
+    assert (deq.BF16_DECODE, deq.BF16_TRUNC) == (True, True)
+    assert lc.select_launch("gemm", "cuda", bf16=True, **kw).BF16_TRUNC is None
+    for launch in ("gemm", "dequant"):  # "ieee": float32 operands / output, nothing to truncate
+        meta = lc.select_launch(launch, "rocm", bf16=False, **kw).meta()
+        assert "BF16_TRUNC" not in meta and "BF16_DECODE" not in meta, launch
+    assert "BF16_TRUNC" not in lc.select_launch("gemm", "cuda", bf16=True, override=dict(BF16_TRUNC=True,
+                                                                                         BF16_DECODE=False),
+                                                **kw).meta()
 
 
 @pytest.mark.gpu
@@ -222,7 +268,7 @@ def test_bf16_dequant_every_code_and_scale_byte_gpu(fmt, gpu_device):
     qd = hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device),
                             None if q.global_scale is None else q.global_scale.to(gpu_device), fmt)
     fw = _fused_weights(qd)
-    for config in (None, dict(BF16_DECODE=False)):
+    for config in (None, dict(BF16_DECODE=False), TRUNC):
         got = fused_gemm._dequantize(fw, torch.bfloat16, config).cpu()
         assert_bitwise_equal(got, want, f"{fmt} {config or 'tuned table'}")
 
@@ -231,6 +277,7 @@ def test_bf16_dequant_every_code_and_scale_byte_gpu(fmt, gpu_device):
 @pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
 def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, gpu_device):
     """Precision "bf16" GEMM launch with one-hot rows, tables' BF16_DECODE on
+    (bf16 multiplies, and ROCm's float32 multiplies truncated: BF16_TRUNC)
     and off: the outputs agree bit for bit, and for MX formats (no post
     factor) each equals its weight's bf16 operand exactly."""
     q = every_code_and_scale(fmt)
@@ -250,11 +297,13 @@ def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, gpu_device):
     fw = _fused_weights(qd)
     a_gs = torch.tensor(1.0, device=gpu_device)
     outs = {}
-    for flag in (True, False):
-        cfg = dict(lc.GPU_CONFIGS["small"].settings(), BLOCK_N=32, BLOCK_K=64, BF16_DECODE=flag, SPLIT_K=1)
+    for flag in (True, False, "trunc"):
+        flags = TRUNC if flag == "trunc" else dict(BF16_DECODE=flag)
+        cfg = dict(lc.GPU_CONFIGS["small"].settings(), BLOCK_N=32, BLOCK_K=64, **flags, SPLIT_K=1)
         outs[flag] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused",
                                          config=cfg).cpu()
     assert_bitwise_equal(outs[True], outs[False], f"{fmt}: BF16_DECODE on vs off")
+    assert_bitwise_equal(outs["trunc"], outs[False], f"{fmt}: BF16_TRUNC vs BF16_DECODE off")
     if spec.is_mx:
         y = outs[True].reshape(E, K, N).transpose(1, 2)
         nonzero = want != 0  # zero weights: the sum of +-0 products is +0

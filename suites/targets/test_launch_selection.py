@@ -25,12 +25,14 @@ def test_every_launch_choice_matches_the_snapshot():
 
 
 def test_a_changed_row_differs_from_the_snapshot(monkeypatch):
-    """The comparison sees a one-field change of one row, and only the launches that take it."""
+    """The comparison sees a one-field change of one row, and only the launches that take it (ROCm reads
+    its own tables for every operand class: ROCM_BF16_CODE_CONFIGS is a copy of the H200 rows, made at
+    import)."""
     monkeypatch.setitem(lc.GPU_CONFIGS, "large", dataclasses.replace(lc.GPU_CONFIGS["large"], num_stages=3))
     diff = launch_grid.differences(launch_grid.read(), launch_grid.evaluate())
     assert diff and all(d.startswith("gemm [") for d in diff), diff[:3]
     points = [d.split("[", 1)[1].split("]", 1)[0].split() for d in diff]  # vendor weights bf16 post bm n k override
-    assert {(p[0], p[4]) for p in points} == {("cuda", "64"), ("cuda", "128"), ("rocm", "64"), ("rocm", "128")}
+    assert {(p[0], p[4]) for p in points} == {("cuda", "64"), ("cuda", "128")}
 
 
 def test_an_override_names_launch_fields():

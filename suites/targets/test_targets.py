@@ -108,7 +108,8 @@ def test_rocm_takes_the_lds_safe_tiles():
     """gfx942's 64 KiB of LDS: float32 operands on ROCm use ROCM_F32_CONFIGS
     (the H200 tiles need 80-192 KiB there), bf16 operands with 2-byte float
     weights ROCM_BF16_FLOAT_CONFIGS (72-96 KiB); code-decoding bf16 launches
-    and CUDA keep GPU_CONFIGS."""
+    keep the GPU_CONFIGS tiles (ROCM_BF16_CODE_CONFIGS: those rows with
+    BF16_TRUNC), and CUDA GPU_CONFIGS."""
     def tile(bm, launch="gemm", kind=1, fmt="mxfp4", rocm=False, **kw):
         c = lc.select_launch(launch, "rocm" if rocm else "cuda", kind=kind, fmt=fmt, block_m=bm, n=0, k=0, **kw)
         return c.BLOCK_N, c.BLOCK_K, c.num_warps, c.num_stages
@@ -134,8 +135,42 @@ def test_the_dispatch_says_which_table_runs(monkeypatch):
     assert lc.launch_tables() == {"bf16": "GPU_CONFIGS", "bf16, float weights": "GPU_CONFIGS",
                                   "float32": "GPU_CONFIGS"}
     monkeypatch.setattr(torch.version, "hip", "7.1.0")
-    assert lc.launch_tables() == {"bf16": "GPU_CONFIGS", "bf16, float weights": "ROCM_BF16_FLOAT_CONFIGS",
+    assert lc.launch_tables() == {"bf16": "ROCM_BF16_CODE_CONFIGS", "bf16, float weights": "ROCM_BF16_FLOAT_CONFIGS",
                                   "float32": "ROCM_F32_CONFIGS"}
+
+
+def _isa_row(target, config, ints="div16"):
+    doc = targets.run([target], ["_moe_gemm_kernel"], [config], jobs=1, cache_dir=targets.default_cache_dir(),
+                      isa=True)
+    (row,) = [r for r in doc["results"] if r["ints"] == ints]
+    assert row["status"] == "ok", _rows_text([row])
+    mix = row["isa"]
+    assert sum(mix["opcodes"].values()) == mix["instructions"] > 0
+    return mix, targets.isa_groups(mix["opcodes"])
+
+
+def test_isa_mix_counts_the_machine_code():
+    """`targets --isa`: SASS and AMDGCN opcodes of a compiled launch, the
+    MMAs among them (the decode GEMM at BLOCK_M 16: HMMA on sm_90, MFMA on
+    gfx942)."""
+    _, sm90 = _isa_row("sm_90", "fused.mxfp4.bf16.bm16.even")
+    assert sm90.get("HMMA", 0) > 0 and sm90.get("HMUL2", 0) > 0, sm90
+    _, gfx = _isa_row("gfx942", "fused.mxfp4.bf16.bm16.even")
+    assert any(op.startswith("v_mfma_f32") and op.endswith("bf16") for op in gfx), gfx
+
+
+def test_rocm_bf16_code_rows_spare_the_software_rounding(monkeypatch):
+    """Why ROCm's bf16 code launches take BF16_TRUNC: gfx942 has no packed
+    bf16 multiply, so bf16 products compile to float32 multiplies each
+    followed by a software round to nearest even (its NaN test
+    v_cmp_o_f32 among them); truncating the exact float32 products drops
+    that sequence and most of the kernel's instructions."""
+    trunc, trunc_ops = _isa_row("gfx942", "fused.mxfp4.bf16.bm16.even")
+    monkeypatch.setitem(lc.VENDOR_TABLES["rocm"], "bf16", ("GPU_CONFIGS",))  # bf16 multiplies, as on CUDA
+    mul, mul_ops = _isa_row("gfx942", "fused.mxfp4.bf16.bm16.even")
+    rne = [op for op in mul_ops if op.startswith("v_cmp_o_f32")]
+    assert rne and not any(op in trunc_ops for op in rne), (rne, trunc_ops)
+    assert trunc["instructions"] < mul["instructions"], (trunc["instructions"], mul["instructions"])
 
 
 def test_launches_with_integer_arguments_compile_in_both_specialisations():
