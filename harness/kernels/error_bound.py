@@ -22,7 +22,11 @@ fused_gemm_src.py) and its error bound (what the suites test):
    "bf16" keeps nvfp4's raw s) need at most 6 significant bits of bf16's 8,
    so each product is rounded once, as the float32 decode's conversion to
    bf16 rounds it; the GPU suite holds it bitwise equal to the reference for
-   every code and scale byte.
+   every code and scale byte. BF16_TRUNC (ROCm's tables: no packed bf16
+   multiply there) computes the same products in float32 and keeps their top
+   16 bits, the same bits since each product is a bf16 number; it needs no
+   bf16 arithmetic, so the interpreter holds it too (every code and scale
+   byte of the bf16 dequant pass).
 
 2. The GEMM is NOT bitwise equal to the unfused torch.matmul path: `tl.dot`
    sums in its own order (tensor-core fragments on GPU, numpy matmul per tile
