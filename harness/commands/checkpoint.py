@@ -64,7 +64,7 @@ def prints_only(args) -> bool:
 def _say(args, line: str) -> None:
     """Progress on stderr: stdout carries the made folder (scripts read it)."""
     if not getattr(args, "quiet", False):
-        print(line, file=sys.stderr, flush=True)
+        interrupt.say_line(line)
 
 
 def _record(args, result: dict) -> None:

@@ -11,6 +11,7 @@ import sys
 from harness.models.shapes import GiB, SHAPES, get_shape
 from harness.checkpoints.synthetic import SCHEMES, block_size, write
 from harness.schemes import get_scheme
+from harness.util.interrupt import say_line
 
 H200_BYTES = 141 * 10**9  # nominal HBM3e of one H200 (torch reports ~139.8 GiB usable)
 
@@ -70,7 +71,7 @@ def synth(args) -> int:
 
     try:
         out = write(args.shape, args.scheme, args.out, seed=args.seed, device=args.device,
-                    shard_bytes=int(args.shard_gib * GiB), progress=lambda m: print(m, file=sys.stderr, flush=True))
+                    shard_bytes=int(args.shard_gib * GiB), progress=say_line)
     except ValueError as e:
         print(f"moe-harness checkpoint synth: {e}", file=sys.stderr)
         return 2

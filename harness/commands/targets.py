@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.aot.compile import COVERAGES, TARGETS, default_cache_dir, failed, run, table
 from harness.commands.convention import report_dir
+from harness.util.interrupt import say_line
 from harness.util.report import atomic_write_json
 
 def _csv(s):
@@ -55,7 +56,7 @@ def main(args) -> int:
 
     def progress(n, total):
         if (n == total or n % 50 == 0) and not getattr(args, "quiet", False):
-            print(f"compiled {n}/{total}", file=sys.stderr, flush=True)
+            say_line(f"compiled {n}/{total}")
 
     try:
         doc = run(args.targets, args.kernels, args.configs, args.jobs, cache, progress, args.coverage, args.isa)

@@ -21,12 +21,23 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def say_line(text: str, stream=None) -> None:
+    """`text` and its newline in one write, then a flush. print() writes them
+    apart, and the signal handler (which raises between Python calls) can
+    run in between: the interrupt message then ran on from the unfinished
+    progress line."""
+    stream = sys.stderr if stream is None else stream
+    stream.write(text + "\n")
+    stream.flush()
 
 
 class Interrupted(KeyboardInterrupt):

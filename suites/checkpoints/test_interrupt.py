@@ -93,3 +93,34 @@ def test_a_signal_while_the_maker_starts_still_stops_it(monkeypatch, sig):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+class _SignalAfterFirstWrite:
+    """A stream whose second write is cut off by a signal, as the handler
+    raises between Python calls: only whole writes before it reach the file."""
+
+    def __init__(self):
+        self.text, self.writes = "", 0
+
+    def write(self, s):
+        self.writes += 1
+        if self.writes > 1:
+            raise itr.Interrupted(signal.SIGINT)
+        self.text += s
+
+    def flush(self):
+        pass
+
+
+def test_a_progress_line_keeps_its_newline_when_a_signal_comes():
+    """synth's shard lines (and every stderr progress line of an interruptible
+    command) are one write with their newline: the interrupt message that
+    follows starts a line of its own (print writes the newline apart; a
+    saturated CI machine once ran the two together)."""
+    s = _SignalAfterFirstWrite()
+    itr.say_line("shard 1: 0.24 GiB, 1 tensors", s)
+    assert s.text == "shard 1: 0.24 GiB, 1 tensors\n"
+    p = _SignalAfterFirstWrite()
+    with pytest.raises(itr.Interrupted):
+        print("shard 1: 0.24 GiB, 1 tensors", file=p, flush=True)
+    assert p.text == "shard 1: 0.24 GiB, 1 tensors"  # what print left: no newline

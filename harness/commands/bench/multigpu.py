@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from harness.lmeval.adapter import MoEEmuLM
 from harness.util.offline import enter_offline
+from harness.util.interrupt import say_line
 from harness.emulation import synthetic_loader
 from harness.lmeval.adapter import resolve_model_dir
 from harness.schemes import NVFP4
@@ -331,7 +332,7 @@ def run(args, device_map: str | None = None, progress=None) -> dict:
 
 def main(args) -> int:
     try:
-        result = run(args, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        result = run(args, progress=say_line)
     except (ValueError, RuntimeError, subprocess.TimeoutExpired) as e:
         print(f"moe-harness bench multigpu: {e}", file=sys.stderr)
         return 1
