@@ -33,7 +33,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def say_line(text: str, stream=None) -> None:
     """`text` and its newline in one write, then a flush. print() writes them
     apart, and the signal handler (which raises between Python calls) can
-    run in between: the interrupt message then ran on from the unfinished
+    run in between: the interrupt message would run on from the unfinished
     progress line."""
     stream = sys.stderr if stream is None else stream
     stream.write(text + "\n")

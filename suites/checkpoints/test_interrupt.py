@@ -115,8 +115,8 @@ class _SignalAfterFirstWrite:
 def test_a_progress_line_keeps_its_newline_when_a_signal_comes():
     """synth's shard lines (and every stderr progress line of an interruptible
     command) are one write with their newline: the interrupt message that
-    follows starts a line of its own (print writes the newline apart; a
-    saturated CI machine once ran the two together)."""
+    follows starts a line of its own (print writes the newline apart, and a
+    signal between its two writes runs the two lines together)."""
     s = _SignalAfterFirstWrite()
     itr.say_line("shard 1: 0.24 GiB, 1 tensors", s)
     assert s.text == "shard 1: 0.24 GiB, 1 tensors\n"
