@@ -238,7 +238,7 @@ def test_bf16_trunc_dequant_every_code_and_scale_byte(fmt):
 def test_rocm_code_launches_truncate_where_cuda_multiplies_in_bf16():
     """ROCm's bf16 launches on codes take the H200 rows with BF16_TRUNC (no
     packed bf16 multiply there: docs/targets.md), the dequant pass included;
-    CUDA keeps bf16 multiplies; the flag goes wherever BF16_DECODE does not act."""
+    CUDA keeps bf16 multiplies; the flag is dropped wherever BF16_DECODE does not act."""
     kw = dict(kind=1, fmt="mxfp4", block_m=16, n=64, k=2048)
     rocm = lc.select_launch("gemm", "rocm", bf16=True, **kw)
     assert (rocm.table, rocm.row, rocm.BF16_DECODE, rocm.BF16_TRUNC) == ("ROCM_BF16_CODE_CONFIGS", "small", True, True)
