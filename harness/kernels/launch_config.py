@@ -243,6 +243,20 @@ def launch_tables(vendor: Optional[str] = None) -> dict:
     return {ops: chain[0] for ops, chain in VENDOR_TABLES[vendor].items()}
 
 
+def dispatch(vendor: str) -> dict:
+    """What the fused GEMM runs on a vendor, for reports: per operand class
+    the table it reads and that table's rows (tiles and decode flags: e.g.
+    BF16_TRUNC on ROCm), and how e2m1 weights are stored."""
+    if vendor not in VENDORS:
+        raise ValueError(f"unknown vendor {vendor!r}; expected one of {', '.join(VENDORS)}")
+    tables = launch_tables(vendor)
+    return {"vendor": vendor, "launch_tables": tables,
+            "rows": {ops: {name: row.settings() for name, row in TABLES[table].items()}
+                     for ops, table in tables.items()},
+            "e2m1_weights": "eight codes to an int32 word (harness/kernels/fp4_words.py), each bf16 pair placed by "
+                            "a shift and a mask"}
+
+
 def operands(kind: int, bf16: bool, w_bytes: int) -> str:
     """The tl.dot operand class of a launch: float32 for precision "ieee" and
     for float32 weights, else bf16 (with 2-byte float weights, or with decoded

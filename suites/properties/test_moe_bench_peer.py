@@ -124,3 +124,21 @@ def test_a_peer_folder_without_triton_kernels_is_one_line_exit_2(tmp_path, capsy
 def test_peer_none_leaves_it_out():
     result = bench.run(_args("--schemes", "w_mxfp4", "--peer", "none"))
     assert result["peer"]["absent"] == "left out (--peer none)"
+
+
+def test_the_report_says_which_launch_tables_run():
+    """Every bench moe report holds the dispatch of its device (launch tables by
+    operand class, their rows' tiles and decode flags); on ROCm the bf16 code
+    rows show BF16_TRUNC."""
+    from harness.kernels import launch_config as lc
+
+    result = bench.run(_args("--schemes", "w_mxfp4", "--peer", "none"))
+    d = result["dispatch"]
+    assert d["vendor"] == "interpreter" and d["launch_tables"] == lc.launch_tables("interpreter")
+    assert d["rows"]["bf16"]["small"] == lc.INTERP_CONFIGS["small"].settings()
+    rocm = lc.dispatch("rocm")
+    assert rocm["launch_tables"]["bf16"] == "ROCM_BF16_CODE_CONFIGS"
+    assert rocm["rows"]["bf16"]["small"]["BF16_TRUNC"] is True
+    assert "BF16_TRUNC" not in lc.dispatch("cuda")["rows"]["bf16"]["small"]
+    with pytest.raises(ValueError, match="unknown vendor 'tpu'"):
+        lc.dispatch("tpu")

@@ -26,6 +26,7 @@ from harness.moe.baselines import bf16_grouped_forward, bf16_loop_forward
 from harness.moe.graphs import capture_forward
 from harness.moe import build_emulated_moe, calibrate_activation_scales
 from harness.kernels import fused_gemm as _fused
+from harness.kernels import launch_config as lc
 from harness.kernels.launch_config import resolve_mode, vendor_of
 from harness.moe.schemes import get_scheme
 from harness.commands.bench import moe_peer
@@ -197,6 +198,7 @@ def run(args) -> dict:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "triton": triton.__version__, "seed": args.seed,
         "limits": lim,
+        "dispatch": lc.dispatch(vendor_of(device)),
         "peer": ({"name": "triton_kernels", "origin": peer_origin, "computes": moe_peer.COMPUTES}
                  if tk is not None else {"name": "triton_kernels", "absent": peer_absent}),
         "command": "moe-harness bench moe " + " ".join(sys.argv[3:] if sys.argv[1:3] == ["bench", "moe"] else sys.argv[1:]),
