@@ -154,7 +154,7 @@ def test_isa_mix_counts_the_machine_code():
     MMAs among them (the decode GEMM at BLOCK_M 16: HMMA on sm_90, MFMA on
     gfx942)."""
     _, sm90 = _isa_row("sm_90", "fused.mxfp4.bf16.bm16.even")
-    assert sm90.get("HMMA", 0) > 0 and sm90.get("HMUL2", 0) > 0, sm90
+    assert sm90.get("HMMA", 0) > 0, sm90
     _, gfx = _isa_row("gfx942", "fused.mxfp4.bf16.bm16.even")
     assert any(op.startswith("v_mfma_f32") and op.endswith("bf16") for op in gfx), gfx
 
