@@ -735,8 +735,8 @@ FAULTS += [
      "    if False:\n        gs_w = tl.load(wgs_ptr + e)",
      [FG + "test_fused_dequantize_every_code_and_scale_byte"]),
     ("kernel format keeps its own copy of the scale bytes", "harness/kernels/fused_weights.py",
-     "return cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K)",
-     "return cls(1, data.contiguous(), scales.clone(), gs, spec.name, E, N, K)",
+     "return cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K, order)",
+     "return cls(1, data.contiguous(), scales.clone(), gs, spec.name, E, N, K, order)",
      ["suites/properties/test_moe_layer_smoke.py::test_fused_layer_holds_no_more_than_the_checkpoint",
       "suites/multigpu/test_resident_bytes.py::test_resident_bytes_are_the_paper_figure"]),
     ("kernel format: one global scale stretched over experts it does not cover", "harness/kernels/fused_weights.py",
@@ -798,7 +798,8 @@ FAULTS += [
      "((w >> 5) & 0x01000100)", "((w >> 4) & 0x01000100)",
      [FG + "test_fused_dequantize_every_code_and_scale_byte", FG + "test_fused_gemm_picks_out_every_finite_weight"]),
     ("fp4 words: pairs 1 and 2 swapped in K order", "harness/kernels/fused_gemm_src.py",
-     "q = tl.join(tl.join(p0, p2), tl.join(p1, p3))", "q = tl.join(tl.join(p0, p1), tl.join(p2, p3))",
+     "q = tl.join(tl.join(p0, p2), tl.join(p1, p3))  # [n, m, 2, 2]",
+     "q = tl.join(tl.join(p0, p1), tl.join(p2, p3))  # [n, m, 2, 2]",
      [FG + "test_fused_dequantize_every_code_and_scale_byte", FG + "test_fused_gemm_picks_out_every_finite_weight"]),
     ("fp4 words: a per-element word's half chosen by k % 8, not k % 2", "harness/kernels/fused_gemm_src.py",
      "half = bits >> ((offs_k % 2) * 16)", "half = bits >> ((offs_k % 8 > 3).to(tl.int64) * 16)",
@@ -827,6 +828,28 @@ FAULTS += [
      "            if any(o % 4 for o in offsets):", "            if False:",
      [FW + "test_fused_weights_refuse_strides_and_global_scales_the_kernel_would_misread"]),
 ]
+
+# The "mma" word order of CUDA's MX weights and the transposed product (SWAP_MN) that reads it.
+FAULTS += [
+    ("mma words: read as if in K order", "harness/kernels/fused_gemm_src.py",
+     "bits = _fp4_pair_bits_mma(word)", "bits = _fp4_pair_bits(word)",
+     [FG + "test_mma_word_order_decodes_every_code_and_scale_byte"]),
+    ("mma words: a group's pairs taken word-major", "harness/kernels/fused_gemm_src.py",
+     "q = tl.permute(q, (0, 1, 3, 4, 2))", "q = tl.permute(q, (0, 1, 2, 3, 4))",
+     [FG + "test_mma_word_order_decodes_every_code_and_scale_byte"]),
+    ("mma words: a per-element load takes the K order's word", "harness/kernels/fused_gemm_src.py",
+     "word_k = offs_k // 32 * 4 + (offs_k % 8) // 2", "word_k = offs_k // 8",
+     [FG + "test_mma_word_order_decodes_every_code_and_scale_byte"]),
+    ("mma words: the host packs word t with pairs 4t .. 4t + 3", "harness/kernels/fp4_words.py",
+     '"mma": tuple(8 * i + 2 * t + h for t in range(4) for i in range(4) for h in range(2)),',
+     '"mma": tuple(8 * t + 2 * i + h for t in range(4) for i in range(4) for h in range(2)),',
+     [FW + "test_mma_words_hold_the_pairs_of_one_mma_fragment_thread"]),
+    ("launch: the transposed product on K-order words", "harness/kernels/launch_config.py",
+     '    if dequant or not mma_order or not (bf16 or override.get("SWAP_MN")):',
+     '    if dequant or not (bf16 or override.get("SWAP_MN")):',
+     [FG + "test_the_mma_word_order_and_the_transposed_product_go_together"]),
+]
+
 
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its

@@ -19,7 +19,7 @@ import torch
 from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
 from harness.kernels import fused_act, fused_gemm
-from harness.kernels.launch_config import MIN_EVEN_BLOCK_K, SHORT_K_MAX, select_launch
+from harness.kernels.launch_config import MIN_EVEN_BLOCK_K, SHORT_K_MAX, select_launch, word_order
 from harness.kernels.pair_layout import BLOCK_MS
 from harness.aot.emulation_launches import ptr
 from harness.aot.registry import Variant, bind, register
@@ -70,8 +70,9 @@ def gemm_variants(backend: str):
     k = fused_gemm._kernel(False)
     vendor = "rocm" if backend == "hip" else "cuda"
 
-    def launch(name, **kw):
-        return select_launch(name, vendor, n=0, **kw)
+    def launch(name, **kw):  # e2m1 weights in the word order the vendor's weights take (word_order)
+        order = word_order(vendor, kw.get("fmt") if kw.get("kind") == 1 else None, kw.get("k", 0))
+        return select_launch(name, vendor, n=0, word_order=order, **kw)
 
     def gemms(name, **kw):
         return _epilogue_launches(lambda **e: launch(name, **e), **kw)

@@ -19,6 +19,18 @@ SLOTS is the layout as a table: per code of a word, its sign bit and the
 bits of its magnitude (e1, e0, m). `pack` derives from it; the kernel's
 `_fp4_pair_bits` (fused_gemm_src.py) is held to it by the exhaustive tests
 in suites/properties/test_kernels_fused_gemm.py (every code in every slot).
+
+Which codes share a word is the word order (ORDERS, per group of 32 codes
+along K). "k": K order, word j holds codes 8j .. 8j + 7. "mma": the order of
+an NVIDIA MMA operand fragment (mma.sync and wgmma with bf16 operands, two K
+neighbours to a register): the thread with lane % 4 == t holds K pairs t,
+t + 4, t + 8 and t + 12 of each group of 16 pairs, so word t of a group
+holds those four pairs and one load gives a thread its fragment's codes,
+with no exchange between threads after the decode. On an H200 the decode
+GEMMs ran 1.03-1.11x faster on it with the weights as the wgmma's register
+operand (docs/benchmarks.md); launch_config.word_order says which order a
+device's weights take. The order moves codes between words, never their
+values.
 """
 from __future__ import annotations
 
@@ -33,41 +45,81 @@ SLOTS = (
 )
 CODES_PER_WORD = len(SLOTS)
 
+# Word orders: ORDERS[o][p] is the K offset (within its group of GROUP codes)
+# of the code stored at position p of the group's words (position 8j + i is
+# code i of word j of the group).
+GROUP = 32
+ORDERS = {
+    "k": tuple(range(GROUP)),
+    # word t: pairs t, t + 4, t + 8, t + 12 of the group, each low code first
+    "mma": tuple(8 * i + 2 * t + h for t in range(4) for i in range(4) for h in range(2)),
+}
+# the K multiple each order needs: a group of 32 codes ("mma"), a word ("k")
+K_MULTIPLE = {"k": CODES_PER_WORD, "mma": GROUP}
+
 
 def _check_layout() -> None:
     used = [b for sign, mag in SLOTS for b in (sign, *mag)]
     if sorted(used) != list(range(32)):
         raise AssertionError(f"fp4_words.SLOTS must use every bit of a word once, uses {sorted(used)}")
+    for name, order in ORDERS.items():
+        if sorted(order) != list(range(GROUP)):
+            raise AssertionError(f"fp4_words.ORDERS[{name!r}] must place every code of a group once, got {order}")
 
 
 _check_layout()
 
 
-def pack(codes: torch.Tensor) -> torch.Tensor:
-    """uint8 e2m1 codes [..., K] (0..15, K % 8 == 0) -> int32 words [..., K/8]
-    in the layout of SLOTS, on the codes' device (the kernel reads their
-    little-endian bytes: `.view(torch.uint8)`)."""
+def check_order(order: str, k: int, what: str = "fp4_words") -> None:
+    """A word order's name and the K it needs (a clear error otherwise)."""
+    if order not in ORDERS:
+        raise ValueError(f"{what}: unknown word order {order!r}; expected one of {', '.join(ORDERS)}")
+    if k % K_MULTIPLE[order]:
+        raise ValueError(f"{what}: word order {order!r} needs K divisible by {K_MULTIPLE[order]}, got K={k}")
+
+
+def _reorder(codes: torch.Tensor, order: tuple) -> torch.Tensor:
+    """codes [..., K] -> the same codes with each group of GROUP permuted:
+    out[..., g * GROUP + p] = codes[..., g * GROUP + order[p]]."""
+    if order == ORDERS["k"]:
+        return codes
+    idx = torch.tensor(order, device=codes.device)
+    g = codes.reshape(*codes.shape[:-1], -1, GROUP)
+    return g.index_select(-1, idx).reshape(codes.shape)
+
+
+def pack(codes: torch.Tensor, order: str = "k") -> torch.Tensor:
+    """uint8 e2m1 codes [..., K] (0..15; K % 8 == 0, K % 32 for "mma") ->
+    int32 words [..., K/8] in the layout of SLOTS and the word order `order`,
+    on the codes' device (the kernel reads their little-endian bytes:
+    `.view(torch.uint8)`)."""
     if codes.dtype != torch.uint8:
         raise ValueError(f"fp4_words.pack expects uint8 codes, got {codes.dtype}")
     if codes.shape[-1] % CODES_PER_WORD:
         raise ValueError(f"fp4_words.pack needs a last dimension divisible by {CODES_PER_WORD}, got shape "
                          f"{tuple(codes.shape)}")
-    # int32 throughout, one slot at a time: the working set stays near the
+    check_order(order, codes.shape[-1], "fp4_words.pack")
+    # int32 throughout, one slot at a time, each word's codes read where the
+    # order puts them (no reordered copy): the working set stays near the
     # codes' own bytes (a layer's kernel weights are built a chunk at a time
     # on the device, FusedWeights.from_quantized_by_experts)
-    c = codes.reshape(*codes.shape[:-1], -1, CODES_PER_WORD)
-    word = torch.zeros(c.shape[:-1], dtype=torch.int32, device=codes.device)
-    for slot, (sign, mag) in enumerate(SLOTS):
-        code = c[..., slot].to(torch.int32)
-        word |= ((code >> 3) & 1) << sign  # bit 31 wraps to the sign, as the 32-bit pattern wants
-        for i, bit in enumerate(mag):
-            word |= ((code >> (2 - i)) & 1) << bit
-    return word
+    span = K_MULTIPLE[order]  # codes the order permutes among (its first `span` entries)
+    perm = ORDERS[order][:span]
+    c = codes.reshape(*codes.shape[:-1], -1, span)
+    word = torch.zeros((*c.shape[:-1], span // CODES_PER_WORD), dtype=torch.int32, device=codes.device)
+    for w in range(span // CODES_PER_WORD):
+        acc = word[..., w]  # a view: the ORs land in `word`
+        for slot, (sign, mag) in enumerate(SLOTS):
+            code = c[..., perm[CODES_PER_WORD * w + slot]].to(torch.int32)
+            acc |= ((code >> 3) & 1) << sign  # bit 31 wraps to the sign, as the 32-bit pattern wants
+            for i, bit in enumerate(mag):
+                acc |= ((code >> (2 - i)) & 1) << bit
+    return word.reshape(*codes.shape[:-1], -1)
 
 
-def unpack(words: torch.Tensor) -> torch.Tensor:
+def unpack(words: torch.Tensor, order: str = "k") -> torch.Tensor:
     """The inverse of `pack`: int32 words [..., K/8] (or their bytes [..., K/2])
-    -> uint8 codes [..., K]."""
+    in word order `order` -> uint8 codes [..., K]."""
     if words.dtype == torch.uint8:
         words = words.view(torch.int32)
     if words.dtype != torch.int32:
@@ -79,4 +131,7 @@ def unpack(words: torch.Tensor) -> torch.Tensor:
         for i, bit in enumerate(mag):
             code |= ((w >> bit) & 1) << (2 - i)
         out.append(code)
-    return torch.stack(out, -1).reshape(*words.shape[:-1], -1).to(torch.uint8)
+    codes = torch.stack(out, -1).reshape(*words.shape[:-1], -1).to(torch.uint8)
+    check_order(order, codes.shape[-1], "fp4_words.unpack")
+    inverse = tuple(sorted(range(GROUP), key=ORDERS[order].__getitem__))
+    return _reorder(codes, inverse)

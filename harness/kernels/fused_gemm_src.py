@@ -40,6 +40,18 @@ def _fp4_pair_bits(word):
 
 
 @triton.jit
+def _fp4_pair_bits_mma(word):
+    """Words [n, m] in fp4_words' "mma" order (word t of each group of four
+    holds pairs t, t + 4, t + 8 and t + 12 of the group's 16) -> pair
+    patterns [n, 4m] in K order. The permute only renames registers where
+    the result feeds an MMA operand fragment (SWAP_MN)."""
+    p0, p1, p2, p3 = _fp4_pairs(tl.reshape(word, (word.shape[0], word.shape[1] // 4, 4)))
+    q = tl.join(tl.join(p0, p2), tl.join(p1, p3))  # [n, group, t, a, b]: pair 4 (2a + b) + t of the group
+    q = tl.permute(q, (0, 1, 3, 4, 2))
+    return tl.reshape(q, (word.shape[0], word.shape[1] * 4))
+
+
+@triton.jit
 def _pair_codes(bits):
     """Pair patterns [n, m] -> int32 codes [n, m, 2] (sign bit 3, magnitude 2..0)."""
     lo = ((bits >> 12) & 8) | ((bits >> 6) & 7)
@@ -99,6 +111,7 @@ def _moe_gemm_kernel(
     x_row_div,  # pair p reads row p // x_row_div of x (GEMM1: x holds tokens, p = token * top_k + j)
     KIND: tl.constexpr,  # 0 float weights, 1 element codes
     PACKED: tl.constexpr,  # e2m1 codes eight per int32 word (fp4_words.py), stored as its bytes
+    MMA_ORDER: tl.constexpr,  # PACKED words in fp4_words' "mma" word order (else "k")
     # the weight format's element constants (harness.kernels.constants.element_constants)
     MBITS: tl.constexpr, WIDTH: tl.constexpr, BIAS: tl.constexpr, SIGN_BIT: tl.constexpr, SPECIALS: tl.constexpr,
     NAN_CODE: tl.constexpr, INF_CODE: tl.constexpr, MIN_NORMAL: tl.constexpr,
@@ -121,6 +134,9 @@ def _moe_gemm_kernel(
     BF16_TRUNC: tl.constexpr = False,
     # the epilogue of one split (the host sets them only with SPLIT_K 1): + bias[e, n], then * row_scale[pair]
     HAS_BIAS: tl.constexpr = False, ROW_SCALE: tl.constexpr = False,
+    # compute the transposed product out^T = W x^T: the weights are the dot's first operand (wgmma takes it from
+    # registers, in the fragment MMA_ORDER words load into), the rows of x its N (launch_config: decode tiles)
+    SWAP_MN: tl.constexpr = False,
 ):
     # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
     BYTES_E2M1: tl.constexpr = BYTE_DECODE and FAST_DECODE and SPECIALS == 0 and WIDTH == 4
@@ -158,7 +174,10 @@ def _moe_gemm_kernel(
     gs_w = 1.0
     if KIND == 1 and TWO_LEVEL and not RAW_S:
         gs_w = tl.load(wgs_ptr + e)
-    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+    if SWAP_MN:
+        acc = tl.full((BLOCK_N, BLOCK_M), 0.0, tl.float32)
+    else:
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
     for kb in range(kb_beg, kb_end):
         k0 = kb * BLOCK_K
         offs_k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
@@ -180,7 +199,10 @@ def _moe_gemm_kernel(
                     else:
                         word = tl.load(w_words + offs_kw[None, :],
                                        mask=nmask[:, None] & (offs_kw < K // 8)[None, :], other=0)
-                    bits = _fp4_pair_bits(word)
+                    if MMA_ORDER:
+                        bits = _fp4_pair_bits_mma(word)
+                    else:
+                        bits = _fp4_pair_bits(word)
                     if not BYTES_E2M1:
                         code = tl.reshape(_pair_codes(bits), (BLOCK_N, BLOCK_K))
                     elif BYTES_BF16 and not BF16_TRUNC:
@@ -188,9 +210,14 @@ def _moe_gemm_kernel(
                     else:
                         val = tl.reshape(_pair_values_f32(bits, BIAS), (BLOCK_N, BLOCK_K))
                 else:  # each element from its own word: its pair, then its half
-                    word = tl.load(w_words + (offs_k // 8)[None, :], mask=wmask, other=0)
+                    if MMA_ORDER:  # K pair 4i + t of group g: pair i of word 4g + t
+                        word_k = offs_k // 32 * 4 + (offs_k % 8) // 2
+                        pair = ((offs_k % 32) // 8).to(tl.int32)[None, :]
+                    else:
+                        word_k = offs_k // 8
+                        pair = ((offs_k % 8) // 2).to(tl.int32)[None, :]
+                    word = tl.load(w_words + word_k[None, :], mask=wmask, other=0)
                     p0, p1, p2, p3 = _fp4_pairs(word)
-                    pair = ((offs_k % 8) // 2).to(tl.int32)[None, :]
                     bits = tl.where(pair == 0, p0, tl.where(pair == 1, p1, tl.where(pair == 2, p2, p3)))
                     half = bits >> ((offs_k % 2) * 16).to(tl.uint32)[None, :]
                     code = (((half >> 12) & 8) | ((half >> 6) & 7)).to(tl.int32, bitcast=True)
@@ -228,11 +255,17 @@ def _moe_gemm_kernel(
             else:
                 amask = rmask[:, None] & kmask[None, :]
             a = tl.load(x_ptr + x_rows[:, None] * stride_xm + offs_k[None, :], mask=amask, other=0.0)
-            if BF16:
+            if SWAP_MN and BF16:
+                acc = tl.dot(wv.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
+            elif SWAP_MN:
+                acc = tl.dot(wv, tl.trans(a), acc, input_precision="ieee")
+            elif BF16:
                 acc = tl.dot(a.to(tl.bfloat16), tl.trans(wv.to(tl.bfloat16)), acc)
             else:
                 acc = tl.dot(a, tl.trans(wv), acc, input_precision="ieee")
     if not DEQUANT_ONLY:
+        if SWAP_MN:
+            acc = tl.trans(acc)
         if HAS_POST:  # nvfp4 in bf16: 1/(gs_w[e] gs_a) as fl(fl(1 / gs_w[e]) * fl(1 / gs_a))
             acc = acc * (tl.math.div_rn(1.0, tl.load(wgs_ptr + e)) * tl.math.div_rn(1.0, tl.load(gs_ptr)))
         # The torch ops the epilogue replaces, in their order and rounding: h + bias[ids] (one float32

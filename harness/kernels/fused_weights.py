@@ -9,6 +9,7 @@ import torch
 
 import harness.formats as hf
 from harness.kernels import fp4_words
+from harness.kernels.launch_config import vendor_of, word_order as preferred_word_order
 
 # codes a device receives at once when a layer's kernel weights are built from
 # codes on the host (from_quantized_by_experts): 512 MiB, a few experts
@@ -18,8 +19,9 @@ CHUNK_BYTES = 2**29
 @dataclass
 class FusedWeights:
     """Kernel format of one expert weight tensor [E, N, K]: e2m1 codes eight to
-    a 32-bit word in the layout of fp4_words.py, stored as the words' bytes
-    [E, N, K/2] / one code per byte / float, plus the checkpoint's block scale bytes and, for
+    a 32-bit word in the layout of fp4_words.py (in the word order
+    `word_order`), stored as the words' bytes [E, N, K/2] / one code per byte
+    / float, plus the checkpoint's block scale bytes and, for
     two-level rows, the float32 global scale of each expert, all on the
     weights' device (prepared once, at conversion). No more bytes than the
     checkpoint: the kernel decodes a block's multiplier from its scale byte
@@ -36,6 +38,7 @@ class FusedWeights:
     E: int
     N: int
     K: int
+    word_order: str = "k"  # e2m1 words: fp4_words.ORDERS (other formats: "k")
 
     def __post_init__(self):
         """The layout the kernel reads, checked (FusedWeights can be built by
@@ -48,6 +51,7 @@ class FusedWeights:
             spec = hf.get_format(self.fmt)
             self._check_gscale(spec)
             if spec.is_fp4:
+                fp4_words.check_order(self.word_order, self.K, f"fused weights ({self.fmt})")
                 want = (self.data.dtype == torch.uint8, shape[:2] + (self.K // 2,),
                         "the bytes of fp4_words' int32 words (eight e2m1 codes each)")
             else:
@@ -58,6 +62,9 @@ class FusedWeights:
                 raise ValueError(f"fused weights ({self.fmt}): scales must be uint8 {list(blocks)}, got {got}")
         else:
             raise ValueError(f"fused weights: kind {self.kind!r}; expected 0 (float) or 1 (codes)")
+        if self.word_order != "k" and not (self.kind == 1 and spec.is_fp4):
+            raise ValueError(f"fused weights ({self.fmt or 'float'}): word order {self.word_order!r} applies to e2m1 "
+                             "words only; these take 'k'")
         ok, dims, what = want
         if not ok or tuple(self.data.shape) != tuple(dims):
             raise ValueError(f"fused weights ({self.fmt or 'float'}): data must be {what} of shape {list(dims)}, "
@@ -90,13 +97,16 @@ class FusedWeights:
                              f"expert), got {got}")
 
     @classmethod
-    def from_quantized(cls, q: hf.QuantizedTensor, gscale: Optional[torch.Tensor]) -> "FusedWeights":
+    def from_quantized(cls, q: hf.QuantizedTensor, gscale: Optional[torch.Tensor],
+                       word_order: Optional[str] = None) -> "FusedWeights":
         """`gscale`: the per-expert global scale of a two-level row ([E], [E,
         1] or one value for all experts); None for MX rows. Codes and scale
         bytes are the quant config's tensors where they already have the
         kernel's layout (contiguous uint8; codes wider than fp4), so a layer
         holds them once; e2m1 codes go into fp4_words' layout, kept as the
-        words' bytes [E, N, K/2] (as many as the packed codes)."""
+        words' bytes [E, N, K/2] (as many as the packed codes), in
+        `word_order` (default: the one the codes' device runs best,
+        launch_config.word_order)."""
         spec = q.spec
         codes, scales, _ = hf.dequantize_inputs(q.codes, q.scales, None, q.fmt)  # uint8 views, checked
         E, N, K = codes.shape
@@ -117,12 +127,15 @@ class FusedWeights:
         if spec.is_fp4 and (el.ebits, el.mbits, el.specials) != (2, 1, "none"):
             raise ValueError(f"{spec.name}: the fused kernel stores 4-bit codes as e2m1 (fp4_words), not "
                              f"{el.name} (ebits {el.ebits}, mbits {el.mbits}, specials {el.specials})")
-        data = fp4_words.pack(codes).view(torch.uint8) if spec.is_fp4 else codes.contiguous()
-        return cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K)
+        order = "k"
+        if spec.is_fp4:
+            order = word_order or preferred_word_order(vendor_of(codes.device), spec.name, K)
+        data = fp4_words.pack(codes, order).view(torch.uint8) if spec.is_fp4 else codes.contiguous()
+        return cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K, order)
 
     @classmethod
     def from_quantized_by_experts(cls, q: hf.QuantizedTensor, gscale: Optional[torch.Tensor], device,
-                                  chunk_bytes: int = CHUNK_BYTES) -> "FusedWeights":
+                                  chunk_bytes: int = CHUNK_BYTES, word_order: Optional[str] = None) -> "FusedWeights":
         """`from_quantized` onto `device` from codes held elsewhere (the host),
         a few experts at a time: each chunk's codes and scales are copied over,
         prepared, and written into the full tensors, allocated once. So the
@@ -146,11 +159,12 @@ class FusedWeights:
                 g = (g if g.numel() == 1 else g[e0:e1]).to(device)
             part = cls.from_quantized(
                 hf.QuantizedTensor(q.codes[e0:e1].to(device), q.scales[e0:e1].to(device), gs, q.fmt, q.scale_mode,
-                                   q.rounding, q.dtype), g)
+                                   q.rounding, q.dtype), g, word_order)
             if full is None:
                 def alloc(t):
                     return None if t is None else t.new_empty((E,) + tuple(t.shape[1:]))
-                full = cls(part.kind, alloc(part.data), alloc(part.scales), alloc(part.gscale), part.fmt, E, N, K)
+                full = cls(part.kind, alloc(part.data), alloc(part.scales), alloc(part.gscale), part.fmt, E, N, K,
+                           part.word_order)
             for name in cls.TENSORS:
                 src = getattr(part, name)
                 if src is not None:

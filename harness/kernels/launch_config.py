@@ -33,6 +33,7 @@ import torch
 
 import harness.formats as hf
 
+from harness.kernels import fp4_words
 from harness.kernels.constants import element_constants
 from harness.kernels.launch import triton_cdiv
 from harness.kernels.split_k import split_k
@@ -55,6 +56,7 @@ class LaunchRow:
     BYTE_DECODE: Optional[bool] = None
     BF16_DECODE: Optional[bool] = None
     BF16_TRUNC: Optional[bool] = None
+    SWAP_MN: Optional[bool] = None
 
     def settings(self) -> dict:
         """The fields that are set, as `override=` takes them."""
@@ -72,12 +74,14 @@ _DECODE = dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BYTE_DECODE=Tr
 # bitwise except FAST_DECODE, which is exact where denormals are preserved
 # (checked by fused_dequantize on the device).
 GPU_CONFIGS = {
-    "small": LaunchRow(BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True),
+    # SWAP_MN (the decode rows): acts only on weights in the "mma" word order (word_order)
+    "small": LaunchRow(BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True, SWAP_MN=True),
     "large": LaunchRow(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, **_DECODE, BF16_DECODE=True),
     # "small" for a short K loop (K <= SHORT_K_MAX: Qwen3's GEMM2, K = 768): BLOCK_K
     # 256 leaves 3 iterations there; 128 ran its T=1 / T=16 GEMM 1.29x / 1.08x
     # faster on an H200 (docs/benchmarks.md)
-    "small_short_k": LaunchRow(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True),
+    "small_short_k": LaunchRow(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True,
+                               SWAP_MN=True),
     # grouped GEMM over already-dequantized (bf16) weights, mode "predequant"
     "large_float": LaunchRow(BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
     # the dequant-only pass of mode "predequant" (BF16_DECODE off: bound by
@@ -113,8 +117,9 @@ ROCM_BF16_FLOAT_CONFIGS = {
 # "small" w_mxfp4 launch at BLOCK_M 16 compiles to 1844 instead of 3391
 # instructions on gfx942 (docs/targets.md, `moe-harness targets --isa`); on
 # sm_90, whose HMUL2 multiplies bf16 pairs, the same change costs (1176 ->
-# 1504), so CUDA keeps bf16 multiplies. Not yet timed on an MI300X.
-ROCM_BF16_CODE_CONFIGS = {name: replace(row, BF16_DECODE=True, BF16_TRUNC=True)
+# 1504), so CUDA keeps bf16 multiplies. Not yet timed on an MI300X. No SWAP_MN:
+# ROCm's weights keep the "k" word order (word_order).
+ROCM_BF16_CODE_CONFIGS = {name: replace(row, BF16_DECODE=True, BF16_TRUNC=True, SWAP_MN=None)
                           for name, row in GPU_CONFIGS.items() if row.BYTE_DECODE}
 # The Triton interpreter (CPU tensors): one small tile for every launch, the
 # kernel's default flags.
@@ -194,6 +199,8 @@ class LaunchConfig:
     BYTE_DECODE: Optional[bool]
     BF16_DECODE: Optional[bool]
     BF16_TRUNC: Optional[bool]
+    SWAP_MN: Optional[bool]
+    MMA_ORDER: bool  # e2m1 words in fp4_words' "mma" order (the weights' word_order)
     EVEN_NK: bool
     SPLIT_K: int
     SPLIT_BLOCKS: int
@@ -202,7 +209,7 @@ class LaunchConfig:
         """The kernel's constexprs and compile options, as the launcher passes them."""
         out = dict(KIND=self.KIND, BF16=self.BF16, HAS_POST=self.HAS_POST, RAW_S=self.RAW_S,
                    HAS_BIAS=self.HAS_BIAS, ROW_SCALE=self.ROW_SCALE, DEQUANT_ONLY=self.DEQUANT_ONLY,
-                   BLOCK_M=self.BLOCK_M, **format_constexprs(self.KIND, self.fmt))
+                   BLOCK_M=self.BLOCK_M, MMA_ORDER=self.MMA_ORDER, **format_constexprs(self.KIND, self.fmt))
         out.update((k, getattr(self, k)) for k in _LAUNCH_KEYS if getattr(self, k) is not None)
         return out
 
@@ -254,7 +261,25 @@ def dispatch(vendor: str) -> dict:
             "rows": {ops: {name: row.settings() for name, row in TABLES[table].items()}
                      for ops, table in tables.items()},
             "e2m1_weights": "eight codes to an int32 word (harness/kernels/fp4_words.py), each bf16 pair placed by "
-                            "a shift and a mask"}
+                            "a shift and a mask",
+            "e2m1_word_order": {fmt: word_order(vendor, fmt, fp4_words.GROUP) for fmt in ("mxfp4", "nvfp4")},
+            "swap_mn": "decode rows with SWAP_MN run out^T = W x^T on weights in the 'mma' word order"}
+
+
+def word_order(vendor: str, fmt: Optional[str], k: int) -> str:
+    """The word order (fp4_words.ORDERS) of a weight tensor's e2m1 codes on
+    `vendor`: "mma" for MX formats on CUDA where K allows it (their decode
+    launches then take the weights as the wgmma's register operand,
+    SWAP_MN), else "k". Measured on an H200 (docs/benchmarks.md): MXFP4
+    decode GEMMs 1.03-1.11x faster; NVFP4's 0.85-1.12x (its E4M3 block
+    multipliers decoded per fragment), so NVFP4 keeps "k"; ROCm's MFMA
+    operand fragments hold four K neighbours, not two, and keep "k"."""
+    if vendor not in VENDORS:
+        raise ValueError(f"unknown vendor {vendor!r}; expected one of {', '.join(VENDORS)}")
+    spec = hf.get_format(fmt) if fmt else None
+    if vendor == "cuda" and spec is not None and spec.is_fp4 and spec.is_mx and k % fp4_words.GROUP == 0:
+        return "mma"
+    return "k"
 
 
 def operands(kind: int, bf16: bool, w_bytes: int) -> str:
@@ -318,7 +343,8 @@ def set_row(table: str, row: str, value: LaunchRow) -> LaunchRow:
 def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: Optional[str] = None,
                   bf16: bool = False, has_post: bool = False, block_m: int = DEQUANT_BLOCK_M, w_bytes: int = 1,
                   pairs: int = 0, experts: int = 0, sm_count: Optional[int] = None,
-                  bias: bool = False, row_scale: bool = False, override: Optional[Mapping] = None) -> LaunchConfig:
+                  bias: bool = False, row_scale: bool = False, override: Optional[Mapping] = None,
+                  word_order: str = "k") -> LaunchConfig:
     """The launch configuration of one launch (LAUNCHES) on `vendor` (VENDORS).
 
     kind: the weights it reads (0 float, 1 element codes of `fmt`); bf16: tl.dot
@@ -331,7 +357,9 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     wants h + bias[e] and then h * row_scale[pair] after the GEMM; the
     epilogue does them (HAS_BIAS / ROW_SCALE) in one split only, and the bias
     never after a post factor (a multiply then an add may be contracted into
-    an FMA): what the launch leaves, the host does with the same torch ops."""
+    an FMA): what the launch leaves, the host does with the same torch ops.
+    word_order: the e2m1 weights' word order (FusedWeights.word_order); a
+    row's SWAP_MN acts only on GEMM launches over "mma" words."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
     if vendor not in VENDORS:
@@ -365,6 +393,13 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         raise ValueError("launch flag BF16_DECODE needs a CUDA/ROCm device: the Triton interpreter (CPU) does not "
                          "compute bf16 arithmetic correctly")
     format_constexprs(kind, fmt)  # refuses a format the kernel does not decode
+    mma_order = kind == 1 and hf.get_format(fmt).is_fp4 and word_order == "mma"
+    if kind == 1 and hf.get_format(fmt).is_fp4:
+        fp4_words.check_order(word_order, k, "select_launch")
+    # the transposed product: on "mma" words, in bf16 GEMMs (the float32 "ieee" dot only where an override asks:
+    # the interpreter's tests of the same code)
+    if dequant or not mma_order or not (bf16 or override.get("SWAP_MN")):
+        cfg["SWAP_MN"] = None
     if not interpret and kind == 1 and not dequant and k > 0 and "BLOCK_K" not in override:
         cfg["BLOCK_K"] = even_block_k(cfg["BLOCK_K"], k)
     even_nk = override.get("EVEN_NK")
@@ -387,7 +422,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                         # the row scale comes after the bias: in the kernel only if the bias is there too (or none)
                         HAS_BIAS=in_bias, ROW_SCALE=row_scale and one_split and (in_bias or not bias),
                         RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
-                        DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, EVEN_NK=even_nk, SPLIT_K=splits,
+                        DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, MMA_ORDER=mma_order, EVEN_NK=even_nk, SPLIT_K=splits,
                         SPLIT_BLOCKS=split_blocks)
 
 

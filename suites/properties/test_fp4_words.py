@@ -123,3 +123,49 @@ def test_fused_weights_refuse_strides_and_global_scales_the_kernel_would_misread
         with pytest.raises(ValueError, match=r"nvfp4\): gscale must be contiguous float32 \[2\] \(one per expert\), "
                                              rf"got {got}"):
             FusedWeights(1, data, nv_scales, bad, "nvfp4", E, N, K)
+
+
+@pytest.mark.parametrize("order", list(fp4_words.ORDERS))
+def test_word_orders_round_trip(order):
+    g = torch.Generator().manual_seed(7)
+    codes = torch.randint(0, 16, (3, 5, 96), generator=g).to(torch.uint8)
+    words = fp4_words.pack(codes, order)
+    assert words.shape == (3, 5, 12)
+    assert torch.equal(fp4_words.unpack(words, order), codes)
+    assert torch.equal(fp4_words.unpack(words.view(torch.uint8), order), codes)
+
+
+def test_mma_words_hold_the_pairs_of_one_mma_fragment_thread():
+    """In an NVIDIA MMA operand fragment with two K neighbours to a register,
+    the thread with lane % 4 == t holds K pairs t, t + 4, t + 8, t + 12 of
+    each 16 pairs: word t of each group of four holds exactly those, in
+    that order, each pair's even code in its low half (read back in K order
+    with the "k" unpacker, which reads each word as it is)."""
+    K = 64
+    pair_of_k = (torch.arange(K) // 2 % 16).to(torch.uint8)  # code = the K pair it belongs to (mod 16)
+    parity = (torch.arange(K) % 2).to(torch.uint8)
+    stored = fp4_words.unpack(fp4_words.pack(pair_of_k.reshape(1, K), "mma"), "k").reshape(K // 32, 4, 8)
+    for t in range(4):
+        assert stored[:, t].tolist() == [[p for p in (t, t + 4, t + 8, t + 12) for _ in (0, 1)]] * (K // 32), t
+    halves = fp4_words.unpack(fp4_words.pack(parity.reshape(1, K), "mma"), "k").reshape(-1)
+    assert halves.tolist() == [0, 1] * (K // 2)
+    assert torch.equal(fp4_words.pack(pair_of_k.reshape(1, K), "k"), fp4_words.pack(pair_of_k.reshape(1, K)))
+
+
+def test_word_orders_refuse_what_they_cannot_hold():
+    from harness.kernels.fused_weights import FusedWeights
+
+    with pytest.raises(ValueError, match="unknown word order 'mma2'"):
+        fp4_words.pack(torch.zeros(2, 32, dtype=torch.uint8), "mma2")
+    with pytest.raises(ValueError, match="word order 'mma' needs K divisible by 32, got K=48"):
+        fp4_words.pack(torch.zeros(2, 48, dtype=torch.uint8), "mma")
+    E, N, K = 2, 4, 48
+    words = torch.zeros(E, N, K // 8, dtype=torch.int32).view(torch.uint8)
+    FusedWeights(1, words, torch.zeros(E, N, K // 16, dtype=torch.uint8), torch.ones(E), "nvfp4", E, N, K, "k")
+    with pytest.raises(ValueError, match=r"fused weights \(nvfp4\): word order 'mma' needs K divisible by 32"):
+        FusedWeights(1, words, torch.zeros(E, N, K // 16, dtype=torch.uint8), torch.ones(E), "nvfp4", E, N, K, "mma")
+    codes = torch.zeros(E, N, 64, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"mxfp8_e4m3\): word order 'mma' applies to e2m1 words only"):
+        FusedWeights(1, codes, torch.zeros(E, N, 2, dtype=torch.uint8), None, "mxfp8_e4m3", E, N, 64, "mma")
+    with pytest.raises(ValueError, match=r"float\): word order 'mma' applies to e2m1 words only"):
+        FusedWeights(0, torch.zeros(E, N, 64), None, None, None, E, N, 64, "mma")

@@ -75,24 +75,39 @@ def test_fused_gemm_picks_out_every_finite_weight(fmt):
     checked value by value. Weights that are not finite (special codes,
     products past float32's range) become code 0 and NaN scales 1.0 here;
     the dequant-only test covers them."""
-    q = every_code_and_scale(fmt)
+    _assert_one_hot_rows_pick_out_each_weight(_finite_only(every_code_and_scale(fmt)), _fused_weights)
+
+
+def _finite_only(q: hf.QuantizedTensor) -> hf.QuantizedTensor:
+    """q with the codes whose weights are not finite set to code 0 and NaN
+    scale bytes set to 1.0 (0 * Inf is NaN in a dot product)."""
+    fmt = q.fmt
     nan_scale = torch.isnan(hf.dequantize(hf.QuantizedTensor(torch.zeros_like(q.codes), q.scales, q.global_scale,
                                                               fmt)))[..., ::q.spec.block_size]
     scales = torch.where(nan_scale, 127 if q.spec.is_mx else 0x38, q.scales).to(torch.uint8)  # 1.0
     finite = torch.isfinite(hf.dequantize(hf.QuantizedTensor(q.codes, scales, q.global_scale, fmt)))
-    q = hf.QuantizedTensor(torch.where(finite, q.codes, 0).to(torch.uint8), scales, q.global_scale, fmt)
+    return hf.QuantizedTensor(torch.where(finite, q.codes, 0).to(torch.uint8), scales, q.global_scale, fmt)
+
+
+def _assert_one_hot_rows_pick_out_each_weight(q, build, extra=({},)):
+    """x = the identity, so row k of x @ W[e].T is column k of W[e], exactly
+    (one product by 1, the others +-0): the GEMM launch's in-loop decode,
+    value by value, under the interpreter's row and the tuned decode flags,
+    each with every launch setting of `extra`."""
     want = hf.dequantize(q)  # [E, N, K]
     E, N, K = want.shape
     x = torch.eye(K).repeat(E, 1)
     ids = torch.arange(E).repeat_interleave(K)
-    fw = _fused_weights(q)
+    fw = build(q)
     fast = dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BLOCK_N=32, BLOCK_K=64)
     for config in (None, fast, dict(fast, BYTE_DECODE=True)):
-        y = fused_gemm.moe_gemm(x, ids, fw, precision="ieee", mode="fused", config=config).reshape(E, K, N)
-        w = want.transpose(1, 2)
-        nonzero = w != 0
-        assert_bitwise_equal(y[nonzero], w[nonzero], f"{fmt} {config}")
-        assert bool((y[~nonzero] == 0).all()), f"{fmt} {config}: zero weights gave nonzero outputs"
+        for more in extra:
+            cfg = dict(config or {}, **more) or None
+            y = fused_gemm.moe_gemm(x, ids, fw, precision="ieee", mode="fused", config=cfg).reshape(E, K, N)
+            w = want.transpose(1, 2)
+            nonzero = w != 0
+            assert_bitwise_equal(y[nonzero], w[nonzero], f"{q.fmt} {cfg}")
+            assert bool((y[~nonzero] == 0).all()), f"{q.fmt} {cfg}: zero weights gave nonzero outputs"
 
 
 @pytest.mark.gpu
@@ -309,3 +324,53 @@ def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, gpu_device):
         nonzero = want != 0  # zero weights: the sum of +-0 products is +0
         assert_bitwise_equal(y[nonzero], want[nonzero], f"{fmt}: one-hot rows vs the bf16 operands")
         assert bool((y[~nonzero] == 0).all()), f"{fmt}: zero weights gave nonzero outputs"
+
+
+@pytest.mark.parametrize("fmt", E2M1_FORMATS)
+def test_mma_word_order_decodes_every_code_and_scale_byte(fmt):
+    """e2m1 words in the "mma" order (CUDA's MX weights, fp4_words.ORDERS):
+    the dequant pass under every decode flag, and the GEMM's one-hot rows
+    both as x W^T and as the transposed product W x^T (SWAP_MN, the CUDA
+    decode rows' choice on these words; here with float32 operands, which
+    the interpreter runs), bit for bit the reference, every code x scale
+    byte."""
+    q = every_code_and_scale(fmt)
+
+    def build(qq):
+        fw = FusedWeights.from_quantized(qq, None if qq.global_scale is None else qq.global_scale.reshape(-1), "mma")
+        assert fw.word_order == "mma"
+        return fw
+
+    fw = build(q)
+    for flags in DECODE_FLAGS:
+        assert_bitwise_equal(fused_gemm.fused_dequantize(fw, dict(flags)), hf.dequantize(q), f"{fmt} {flags}")
+    _assert_one_hot_rows_pick_out_each_weight(_finite_only(q), build, extra=({}, dict(SWAP_MN=True)))
+
+
+def test_the_mma_word_order_and_the_transposed_product_go_together():
+    """CUDA stores MX e2m1 weights in the "mma" word order where K allows it
+    (NVFP4, ROCm and the interpreter keep "k"); the decode rows' SWAP_MN
+    acts only on GEMM launches over those words with bf16 operands (float32
+    ones where an override asks), never in the dequant pass."""
+    assert lc.word_order("cuda", "mxfp4", 2048) == "mma"
+    assert lc.word_order("cuda", "mxfp4", 2048 + 16) == "k"
+    for vendor, fmt in (("cuda", "nvfp4"), ("cuda", "mxfp8_e4m3"), ("rocm", "mxfp4"), ("interpreter", "mxfp4")):
+        assert lc.word_order(vendor, fmt, 2048) == "k", (vendor, fmt)
+    assert lc.word_order("cuda", None, 2048) == "k"
+    kw = dict(kind=1, fmt="mxfp4", block_m=16, n=2048, k=2048, bf16=True)
+    c = lc.select_launch("gemm", "cuda", word_order="mma", **kw)
+    assert (c.row, c.SWAP_MN, c.MMA_ORDER) == ("small", True, True) and c.meta()["SWAP_MN"] is True
+    assert lc.select_launch("gemm", "cuda", word_order="mma", **dict(kw, k=768)).SWAP_MN is True  # small_short_k
+    unswapped = [lc.select_launch("gemm", "cuda", word_order="k", **kw),
+                 lc.select_launch("gemm", "cuda", word_order="mma", **dict(kw, block_m=128)),
+                 lc.select_launch("gemm", "cuda", word_order="mma", **dict(kw, bf16=False)),
+                 lc.select_launch("dequant", "cuda", word_order="mma", **{k: v for k, v in kw.items() if k != "block_m"}),
+                 lc.select_launch("gemm", "rocm", word_order="k", **kw)]
+    for cfg in unswapped:
+        assert "SWAP_MN" not in cfg.meta(), cfg
+    assert unswapped[3].MMA_ORDER is True and unswapped[0].MMA_ORDER is False
+    assert lc.select_launch("gemm", "interpreter", word_order="mma", override=dict(SWAP_MN=True),
+                            **dict(kw, bf16=False)).SWAP_MN is True
+    with pytest.raises(ValueError, match="word order 'mma' needs K divisible by 32"):
+        lc.select_launch("gemm", "cuda", word_order="mma", **dict(kw, k=2048 + 16))
+    assert all(row.SWAP_MN is None for row in lc.ROCM_BF16_CODE_CONFIGS.values())

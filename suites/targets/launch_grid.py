@@ -25,7 +25,8 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.kernels.launch_config import VENDOR_TABLES, launch_tables, operands, resolve_mode, select_launch
+from harness.kernels.launch_config import (VENDOR_TABLES, launch_tables, operands, resolve_mode, select_launch,
+                                           word_order)
 from harness.kernels.pair_layout import block_m_for
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "launches.json"
@@ -222,7 +223,7 @@ def gemm_value(vendor, weights, bf16, post, bm, n, k, override):
         launch, kind, fmt, w_bytes = "gemm", 1, weights.split(":")[1], 1
     try:
         cfg = select_launch(launch, vendor, kind=kind, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, n=n, k=k,
-                            w_bytes=w_bytes, override=override)
+                            w_bytes=w_bytes, override=override, word_order=word_order(vendor, fmt, k))
     except ValueError as exc:
         return _error(exc)
     return {"meta": _launch_dict(cfg, override)}
@@ -230,7 +231,8 @@ def gemm_value(vendor, weights, bf16, post, bm, n, k, override):
 
 def dequant_value(vendor, kind, fmt, bf16_out, n, k, override):
     try:
-        cfg = select_launch("dequant", vendor, kind=kind, fmt=fmt, bf16=bf16_out, n=n, k=k, override=override)
+        cfg = select_launch("dequant", vendor, kind=kind, fmt=fmt, bf16=bf16_out, n=n, k=k, override=override,
+                            word_order=word_order(vendor, fmt if kind == 1 else None, k))
     except ValueError as exc:
         return _error(exc)
     return {"meta": _launch_dict(cfg, override)}
@@ -241,7 +243,8 @@ def split_value(vendor, pairs, experts, n, k, sms, splits):
     try:
         cfg = select_launch("gemm", vendor, kind=1, fmt="mxfp4", bf16=True, block_m=bm, n=n, k=k, pairs=pairs,
                             experts=experts, sm_count=None if vendor == "interpreter" else sms,
-                            bias=True, row_scale=True, override=None if splits is None else {"SPLIT_K": splits})
+                            bias=True, row_scale=True, override=None if splits is None else {"SPLIT_K": splits},
+                            word_order=word_order(vendor, "mxfp4", k))
     except ValueError as exc:
         return _error(exc)
     # the epilogue (bias, router weights) in the kernel only without a split

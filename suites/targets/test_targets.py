@@ -151,9 +151,12 @@ def _isa_row(target, config, ints="div16"):
 
 def test_isa_mix_counts_the_machine_code():
     """`targets --isa`: SASS and AMDGCN opcodes of a compiled launch, the
-    MMAs among them (the decode GEMM at BLOCK_M 16: HMMA on sm_90, MFMA on
-    gfx942)."""
+    MMAs among them (the decode GEMMs at BLOCK_M 16 on sm_90: wgmma, HGMMA,
+    for MXFP4's transposed product on "mma" words, whose weights are its
+    register operand; mma.sync, HMMA, for NVFP4's; MFMA on gfx942)."""
     _, sm90 = _isa_row("sm_90", "fused.mxfp4.bf16.bm16.even")
+    assert sm90.get("HGMMA", 0) > 0 and "HMMA" not in sm90, sm90
+    _, sm90 = _isa_row("sm_90", "fused.nvfp4.bf16.bm16.even")
     assert sm90.get("HMMA", 0) > 0, sm90
     _, gfx = _isa_row("gfx942", "fused.mxfp4.bf16.bm16.even")
     assert any(op.startswith("v_mfma_f32") and op.endswith("bf16") for op in gfx), gfx
