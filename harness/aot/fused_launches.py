@@ -141,7 +141,18 @@ def scale_variants(backend=None):
     yield _variant(k, "f32-to-bf16", types, fused_act.SCALE_META)
 
 
+def split_sum_variants(backend=None):
+    """The K-split epilogue: with and without the bias and the row scale."""
+    k = fused_gemm._split_kernel(False)
+    types = dict(part_ptr="*fp32", out_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i64", row_scale_ptr="*fp32",
+                 total="i32", N="i32", splits="i32", stride_s="i32")
+    for bias, rs in EPILOGUES:
+        yield _variant(k, "split" + (".bias" if bias else "") + (".rs" if rs else ""), types,
+                       dict(fused_gemm.SPLIT_SUM_META, HAS_BIAS=bias, ROW_SCALE=rs))
+
+
 register("_moe_gemm_kernel", lambda: fused_gemm._kernel(False), gemm_variants)
+register("_split_sum_kernel", lambda: fused_gemm._split_kernel(False), split_sum_variants)
 register("silu_and_mul_kernel", fused_act._kernel, silu_variants)
 register("swiglu_clamp_kernel", fused_act._swiglu_kernel, swiglu_variants)
 register("scale_to_bf16_kernel", fused_act._scale_kernel, scale_variants)

@@ -81,6 +81,11 @@ def _moe_gemm_fake(x, ids, data, scales, gscale, a_gscale, kind, fmt, E, N, K, p
     return x.new_empty((ids.shape[0], N), dtype=torch.float32)
 
 
+# The split epilogue's launch constexprs and compile options (fused_launches.py compiles the same); no FMA
+# contraction, so each operation rounds as torch's does.
+SPLIT_SUM_META = dict(BLOCK=1024, num_warps=4, enable_fp_fusion=False)
+
+
 def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision: str = "ieee",
                    a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
                    config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
@@ -163,7 +168,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     n_tiles = triton_cdiv(fw.N, cfg.BLOCK_N)
     splits = cfg.SPLIT_K
     # Split-K partials land in [splits, P, N] and are summed in split order
-    # (torch's reduction, no atomics: the same bits every run); contract (2)
+    # (_split_sum, no atomics: the same bits every run); contract (2)
     # bounds any summation order, so it covers the split sum too. HAS_POST
     # scales each partial: one rounding per split, inside c_prec (2^-7) of
     # the two-level rows that have a post factor.
@@ -180,11 +185,32 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
             run_fw.data.stride(0), run_fw.data.stride(1), sc.stride(0) if sc is not None else 0,
             sc.stride(1) if sc is not None else 0, cfg.SPLIT_BLOCKS, P * fw.N, x_row_div)
     run_kernel(_kernel(interpret), grid, args, cfg.meta(), interpret)
-    out = out if splits == 1 else part.sum(0)
-    if bias is not None and not cfg.HAS_BIAS:
+    if splits > 1:  # the split sum, bias and row scale in one pass
+        return _split_sum(part, out, ids, bias, row_scale, interpret)
+    if bias is not None and not cfg.HAS_BIAS:  # after a post factor (never contracted with it)
         out = out + bias.index_select(0, ids)
     if row_scale is not None and not cfg.ROW_SCALE:
         out = out * row_scale[:, None]
+    return out
+
+
+def _split_kernel(interpret: bool):
+    """_split_sum_kernel (fused_gemm_src.py), compiled or interpreted."""
+    return kernels(interpret, "fused_gemm_src")._split_sum_kernel
+
+
+def _split_sum(part: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, bias: Optional[torch.Tensor],
+               row_scale: Optional[torch.Tensor], interpret: bool) -> torch.Tensor:
+    """out [P, N] = partials [S, P, N] summed in split order, + bias[ids],
+    * row_scale: one launch where torch takes one per operation (a decode
+    forward on split GEMMs paid five more launches)."""
+    S, P, N = part.shape
+    meta = dict(SPLIT_SUM_META, HAS_BIAS=bias is not None, ROW_SCALE=row_scale is not None)
+    if interpret:
+        meta = {k: v for k, v in meta.items() if k not in ("num_warps", "enable_fp_fusion")}
+    args = (part, out, bias.contiguous() if bias is not None else out, ids,
+            row_scale.contiguous() if row_scale is not None else out, P * N, N, S, P * N)
+    run_kernel(_split_kernel(interpret), (triton_cdiv(P * N, SPLIT_SUM_META["BLOCK"]),), args, meta, interpret)
     return out
 
 

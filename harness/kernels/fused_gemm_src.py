@@ -277,3 +277,27 @@ def _moe_gemm_kernel(
             acc = acc * tl.load(row_scale_ptr + rows_safe)[:, None]
         tl.store(out_ptr + pid_k.to(tl.int64) * stride_os + rows_safe[:, None] * stride_om + offs_n[None, :], acc,
                  mask=rmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _split_sum_kernel(part_ptr, out_ptr, bias_ptr, ids_ptr, row_scale_ptr, total, N, splits, stride_s,
+                      HAS_BIAS: tl.constexpr, ROW_SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    """The epilogue of a K-split GEMM, one pass: partials [splits, P, N] ->
+    out [P, N] = their sum in split order (((p0 + p1) + p2) + ...), then +
+    bias[ids[p]] and * row_scale[p], one float32 operation each in that
+    order (the bits of `h + bias.index_select(0, ids)` and
+    `h * row_scale[:, None]` on the sum)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < total
+    ptrs = part_ptr + offs
+    acc = tl.load(ptrs, mask=mask, other=0.0)
+    for _ in range(1, splits):
+        ptrs += stride_s  # 64-bit pointers: no int32 product of split and stride
+        acc = acc + tl.load(ptrs, mask=mask, other=0.0)
+    p = offs // N
+    if HAS_BIAS:
+        e = tl.load(ids_ptr + p, mask=mask, other=0)
+        acc = acc + tl.load(bias_ptr + e * N + offs % N, mask=mask, other=0.0)
+    if ROW_SCALE:
+        acc = acc * tl.load(row_scale_ptr + p, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, acc, mask=mask)

@@ -97,3 +97,54 @@ def test_epilogue_is_the_torch_ops_bitwise_gpu(scheme, precision, mode, gpu_devi
     split of two, in both modes."""
     _check(scheme, gpu_device, precision, mode=mode)
     _check(scheme, gpu_device, precision, config=dict(SPLIT_K=2), mode=mode)
+
+
+def _split_sum_case(device):
+    """Partials whose float32 sum depends on the order (a large term and
+    cancellations), +-0, Inf and NaN; biases and row scales as in _case."""
+    g = torch.Generator().manual_seed(11)
+    S, P, N_ = 3, 5, 37  # P * N not a multiple of the block: a masked tail
+    part = torch.randn(S, P, N_, generator=g)
+    part[0, 0] = 1.0  # (1 + 1e8) - 1e8 = 0 in float32; the reverse order gives 1
+    part[1, 0] = 1.0e8
+    part[2, 0] = -1.0e8
+    part[:, 1, :3] = torch.tensor([[0.0, -0.0, float("inf")], [-0.0, -0.0, 1.0], [-0.0, 0.0, float("nan")]]).T
+    ids = torch.randint(0, E, (P,), generator=g)
+    bias = torch.randn(E, N_, generator=g) * 4
+    rs = torch.rand(P, generator=g)
+    rs[2] = -0.0
+    return part.to(device), ids.to(device), bias.to(device), rs.to(device)
+
+
+def _sequential(part, ids, bias, rs):
+    want = part[0].clone()
+    for s in range(1, part.shape[0]):
+        want = want + part[s]
+    if bias is not None:
+        want = want + bias.index_select(0, ids)
+    if rs is not None:
+        want = want * rs[:, None]
+    return want
+
+
+def _split_sum_matches(device):
+    part, ids, bias, rs = _split_sum_case(device)
+    interpret = lc.vendor_of(device) == "interpreter"
+    for b, r in ((None, None), (bias, None), (None, rs), (bias, rs)):
+        out = torch.empty(part.shape[1:], dtype=torch.float32, device=device)
+        got = fused_gemm._split_sum(part, out, ids, b, r, interpret)
+        assert_bitwise_equal(got.cpu(), _sequential(part, ids, b, r).cpu(), f"bias={b is not None} rs={r is not None}")
+    assert not torch.equal(_sequential(part.flip(0), ids, None, None)[0, 0], _sequential(part, ids, None, None)[0, 0])
+
+
+def test_split_sum_adds_the_partials_in_split_order_then_the_epilogue():
+    """The K-split epilogue (one launch): the partials summed in split order,
+    then + bias[ids] and * row_scale, each one float32 operation, bit for
+    bit that sequence of torch ops (and not the reverse order, which the
+    case tells apart)."""
+    _split_sum_matches("cpu")
+
+
+@pytest.mark.gpu
+def test_split_sum_adds_the_partials_in_split_order_then_the_epilogue_gpu(gpu_device):
+    _split_sum_matches(gpu_device)
