@@ -28,9 +28,9 @@ t + 4, t + 8 and t + 12 of each group of 16 pairs, so word t of a group
 holds those four pairs and one load gives a thread its fragment's codes,
 with no exchange between threads after the decode. On an H200 the MXFP4
 decode GEMMs ran 1.02-1.11x faster at 16 tokens on it with the weights as
-the wgmma's register operand, 0.92-1.10x at one (docs/benchmarks.md); launch_config.word_order says which order a
-device's weights take. The order moves codes between words, never their
-values.
+the wgmma's register operand, 0.92-1.10x at one (docs/benchmarks.md);
+launch_config.word_order says which order a device's weights take. The
+order moves codes between words, never their values.
 """
 from __future__ import annotations
 

@@ -208,7 +208,7 @@ def _split_sum(part: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, bias: O
     meta = dict(SPLIT_SUM_META, HAS_BIAS=bias is not None, ROW_SCALE=row_scale is not None)
     if interpret:
         meta = {k: v for k, v in meta.items() if k not in ("num_warps", "enable_fp_fusion")}
-    args = (part, out, bias.contiguous() if bias is not None else out, ids,
+    args = (part, out, bias.contiguous() if bias is not None else out, ids.contiguous(),
             row_scale.contiguous() if row_scale is not None else out, P * N, N, S, P * N)
     run_kernel(_split_kernel(interpret), (triton_cdiv(P * N, SPLIT_SUM_META["BLOCK"]),), args, meta, interpret)
     return out
