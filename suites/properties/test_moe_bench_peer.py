@@ -128,8 +128,9 @@ def test_peer_none_leaves_it_out():
 
 def test_the_report_says_which_launch_tables_run():
     """Every bench moe report holds the dispatch of its device (launch tables by
-    operand class, their rows' tiles and decode flags); on ROCm the bf16 code
-    rows show BF16_TRUNC."""
+    operand class, their rows' tiles and decode flags, the e2m1 word order
+    per format); on ROCm the bf16 code rows show BF16_TRUNC, on CUDA the
+    decode rows SWAP_MN and MXFP4 the "mma" order."""
     from harness.kernels import launch_config as lc
 
     result = bench.run(_args("--schemes", "w_mxfp4", "--peer", "none"))
@@ -140,5 +141,10 @@ def test_the_report_says_which_launch_tables_run():
     assert rocm["launch_tables"]["bf16"] == "ROCM_BF16_CODE_CONFIGS"
     assert rocm["rows"]["bf16"]["small"]["BF16_TRUNC"] is True
     assert "BF16_TRUNC" not in lc.dispatch("cuda")["rows"]["bf16"]["small"]
+    # which word order e2m1 weights take, and the decode rows' transposed product on CUDA only
+    assert lc.dispatch("cuda")["e2m1_word_order"] == {"mxfp4": "mma", "nvfp4": "k"}
+    assert rocm["e2m1_word_order"] == d["e2m1_word_order"] == {"mxfp4": "k", "nvfp4": "k"}
+    assert lc.dispatch("cuda")["rows"]["bf16"]["small"]["SWAP_MN"] is True
+    assert "SWAP_MN" not in rocm["rows"]["bf16"]["small"]
     with pytest.raises(ValueError, match="unknown vendor 'tpu'"):
         lc.dispatch("tpu")
