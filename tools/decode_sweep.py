@@ -8,7 +8,9 @@ one GEMM launch (precision bf16, mode fused) timed by CUDA-graph replay
 split `launch_config.select_launch` picks ("auto"; every column starts from
 the tile the table picks, BLOCK_K 128 for K <= SHORT_K_MAX), with BLOCK_N 64 / BLOCK_K 128,
 with the bf16 decode off ("no_bf16_decode") and the byte decode off too
-("no_byte_decode"); per weight tensor the dequant-only pass (mode
+("no_byte_decode"), and, where the device stores the weights in the "mma"
+word order (MXFP4 on CUDA), the same launch on K-order words ("k_order":
+mma.sync instead of the transposed product); per weight tensor the dequant-only pass (mode
 predequant) as the table has it, with the bf16 decode on, and with the
 byte decode off.
 Prints one JSON line per case; docs/benchmarks.md holds the figures.
@@ -53,6 +55,8 @@ def sweep(shape: str, dev) -> list:
         for name, w in weights.items():
             q, gs = hm.quantize_expert_weights(w, scheme)
             fw = FusedWeights.from_quantized(q, gs)
+            # the same codes in K word order where the device's order differs (the "mma" order's baseline)
+            fw_k = FusedWeights.from_quantized(q, gs, "k") if fw.word_order != "k" else None
             del q  # codes unpacked: only the kernel format is kept
             deq = dict(shape=shape, scheme=scheme, gemm=name)
             # Two interleaved rounds, the second kept: whichever variant runs
@@ -70,14 +74,15 @@ def sweep(shape: str, dev) -> list:
                 layout = pair_layout(ids, E)
                 a_gs = torch.tensor(300.0, device=dev)
 
-                def run(cfg):
-                    return fused._moe_gemm_impl(x, ids, fw, precision="bf16", a_gscale=a_gs, config=cfg,
+                def run(cfg, weights=fw):
+                    return fused._moe_gemm_impl(x, ids, weights, precision="bf16", a_gscale=a_gs, config=cfg,
                                                 mode="fused", layout=layout)
                 # the launch the table picks for this GEMM ("small", or "small_short_k" for a short K)
                 chosen = lc.select_launch("gemm", lc.vendor_of(dev), kind=1, fmt=fw.fmt, bf16=True,
                                           has_post=fw.two_level, block_m=layout[2], n=fw.N, k=fw.K,
-                                          pairs=T * k, experts=E, sm_count=sm_count(dev))
-                base = {kk: getattr(chosen, kk) for kk in ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+                                          pairs=T * k, experts=E, sm_count=sm_count(dev),
+                                          word_order=fw.word_order)
+                base = {kk: getattr(chosen, kk) for kk in ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "SWAP_MN")
                         + lc.DECODE_FLAGS if getattr(chosen, kk) is not None}
                 auto = chosen.SPLIT_K
                 row = dict(shape=shape, scheme=scheme, gemm=name, T=T, N=fw.N, K=fw.K,
@@ -89,6 +94,8 @@ def sweep(shape: str, dev) -> list:
                 row["no_bf16_decode"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto, BF16_DECODE=False)))
                 row["no_byte_decode"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto, BYTE_DECODE=False,
                                                                   BF16_DECODE=False)))
+                if fw_k is not None:  # K-order words: the transposed product does not apply (select_launch)
+                    row["k_order"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto), fw_k))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
