@@ -394,6 +394,8 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         raise ValueError("launch flag BF16_DECODE needs a CUDA/ROCm device: the Triton interpreter (CPU) does not "
                          "compute bf16 arithmetic correctly")
     format_constexprs(kind, fmt)  # refuses a format the kernel does not decode
+    if word_order not in fp4_words.ORDERS:  # named even where it has no effect (float weights, wider codes)
+        fp4_words.check_order(word_order, k, "select_launch")
     mma_order = kind == 1 and hf.get_format(fmt).is_fp4 and word_order == "mma"
     if kind == 1 and hf.get_format(fmt).is_fp4:
         fp4_words.check_order(word_order, k, "select_launch")

@@ -374,3 +374,5 @@ def test_the_mma_word_order_and_the_transposed_product_go_together():
     with pytest.raises(ValueError, match="word order 'mma' needs K divisible by 32"):
         lc.select_launch("gemm", "cuda", word_order="mma", **dict(kw, k=2048 + 16))
     assert all(row.SWAP_MN is None for row in lc.ROCM_BF16_CODE_CONFIGS.values())
+    with pytest.raises(ValueError, match="select_launch: unknown word order 'MMA'"):
+        lc.select_launch("gemm", "cuda", word_order="MMA", **dict(kw, kind=0, fmt=None, w_bytes=2))
