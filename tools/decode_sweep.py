@@ -10,7 +10,9 @@ the tile the table picks, BLOCK_K 128 for K <= SHORT_K_MAX), with BLOCK_N 64 / B
 with the bf16 decode off ("no_bf16_decode") and the byte decode off too
 ("no_byte_decode"), and, where the device stores the weights in the "mma"
 word order (MXFP4 on CUDA), the same launch on K-order words ("k_order":
-mma.sync instead of the transposed product); per weight tensor the dequant-only pass (mode
+mma.sync instead of the transposed product), and the table's launch with
+its registers capped at 128 and 96 a thread ("maxnreg128", "maxnreg96": more
+CTAs an SM); per weight tensor the dequant-only pass (mode
 predequant) as the table has it, with the bf16 decode on, and with the
 byte decode off.
 Prints one JSON line per case; docs/benchmarks.md holds the figures.
@@ -96,6 +98,8 @@ def sweep(shape: str, dev) -> list:
                                                                   BF16_DECODE=False)))
                 if fw_k is not None:  # K-order words: the transposed product does not apply (select_launch)
                     row["k_order"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto), fw_k))
+                for cap in (128, 96):  # the bm16 MXFP4 launch holds 154 registers uncapped: 3 CTAs an SM
+                    row[f"maxnreg{cap}"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto, maxnreg=cap)))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows

@@ -30,7 +30,7 @@ PROVIDERS = ("harness.aot.emulation_launches", "harness.aot.fused_launches")
 class Variant:
     """One launch: `signature` maps each runtime argument to its Triton type
     ("*bf16", "i32", ...), `constexprs` the compile-time ones, `options` the
-    compile options the launcher passes (num_warps, num_stages, enable_fp_fusion)."""
+    compile options the launcher passes (num_warps, num_stages, maxnreg, enable_fp_fusion)."""
 
     config: str
     signature: dict = field(hash=False)

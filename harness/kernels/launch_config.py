@@ -44,12 +44,15 @@ class LaunchRow:
     """One row of a launch table: tile, compile options, weight-decode flags.
     A flag left None is not passed (the kernel's default, fused_gemm_src.py);
     num_warps / num_stages None: the interpreter, which takes no compile
-    options."""
+    options. maxnreg (CUDA only; dropped elsewhere): the most registers a
+    thread may hold, so more CTAs share an SM (ptxas spills past what the
+    launch needs)."""
 
     BLOCK_N: int
     BLOCK_K: int
     num_warps: Optional[int] = None
     num_stages: Optional[int] = None
+    maxnreg: Optional[int] = None
     FAST_DECODE: Optional[bool] = None
     MULT_BCAST: Optional[bool] = None
     PACK_JOIN: Optional[bool] = None
@@ -149,6 +152,7 @@ LAUNCHES = ("gemm", "scratch_gemm", "dequant")
 LARGE_BLOCK_M = 64  # BLOCK_M from which a GEMM takes the "large" rows
 SHORT_K_MAX = 1024
 MIN_EVEN_BLOCK_K = 64  # the smallest BLOCK_K a row steps down to so that K has no tail (even_block_k)
+MAXNREG_MIN = 24  # the smallest register cap a row may set (LaunchRow.maxnreg)
 DEQUANT_BLOCK_M = 16  # the dequant pass's BLOCK_M constexpr (it has no rows of x)
 # The fields an override may set.
 OVERRIDABLE = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "SPLIT_K")
@@ -193,6 +197,7 @@ class LaunchConfig:
     BLOCK_K: int
     num_warps: Optional[int]
     num_stages: Optional[int]
+    maxnreg: Optional[int]
     FAST_DECODE: Optional[bool]
     MULT_BCAST: Optional[bool]
     PACK_JOIN: Optional[bool]
@@ -379,6 +384,10 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     table, name, row = table_row(vendor, operands(kind, bf16, w_bytes), row_names(launch, kind, bm, k))
     cfg = asdict(row)
     cfg.update((f, v) for f, v in override.items() if f in cfg)
+    if cfg["maxnreg"] is not None and (not isinstance(cfg["maxnreg"], int) or not MAXNREG_MIN <= cfg["maxnreg"] <= 255):
+        raise ValueError(f"launch config maxnreg must be an int in [{MAXNREG_MIN}, 255], got {cfg['maxnreg']!r}")
+    if vendor != "cuda":  # a PTX register cap: other targets' compilers take no such option
+        cfg["maxnreg"] = None
     if interpret:
         cfg.update(num_warps=None, num_stages=None)
         if dequant:  # an override's tile is for the GPU: the interpreter's dequant pass keeps its row's

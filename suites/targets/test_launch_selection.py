@@ -35,6 +35,20 @@ def test_a_changed_row_differs_from_the_snapshot(monkeypatch):
     assert {(p[0], p[4]) for p in points} == {("cuda", "64"), ("cuda", "128")}
 
 
+def test_maxnreg_is_a_cuda_compile_option():
+    """A register cap is PTX's: passed on CUDA, dropped for ROCm and the
+    interpreter, refused outside [MAXNREG_MIN, 255] or when not an int."""
+    kw = dict(kind=1, fmt="mxfp4", block_m=16, n=64, k=4096)
+    capped = lc.select_launch("gemm", "cuda", bf16=True, override=dict(maxnreg=128), **kw)
+    assert capped.maxnreg == 128 and capped.meta()["maxnreg"] == 128
+    assert "maxnreg" not in lc.select_launch("gemm", "cuda", bf16=True, **kw).meta()
+    for vendor in ("rocm", "interpreter"):
+        assert "maxnreg" not in lc.select_launch("gemm", vendor, override=dict(maxnreg=128), **kw).meta()
+    for bad in (lc.MAXNREG_MIN - 1, 256, 128.0, "128", True):
+        with pytest.raises(ValueError, match="maxnreg must be an int"):
+            lc.select_launch("gemm", "cuda", override=dict(maxnreg=bad), **kw)
+
+
 def test_an_override_names_launch_fields():
     kw = dict(kind=1, fmt="mxfp4", block_m=16, n=64, k=4096)
     with pytest.raises(ValueError, match="launch override sets BLOCK_Q"):

@@ -104,6 +104,27 @@ def test_launch_tables_reach_the_work_list(monkeypatch):
     assert got == {96}
 
 
+def test_a_rows_register_cap_reaches_ptxas(monkeypatch):
+    """LaunchRow.maxnreg goes from the table through the registry's compile
+    options to ptxas: the capped launch holds at most that many registers a
+    thread, fewer than it takes uncapped (the cap derived from that count,
+    so the check does not pin one Triton's register allocation)."""
+    cfg = "fused.mxfp4.bf16.bm16.even.shortk"
+
+    def regs():
+        doc = targets.run(["sm_90"], ["_moe_gemm_kernel"], [cfg], jobs=1, cache_dir=targets.default_cache_dir())
+        (row,) = [r for r in doc["results"] if r["ints"] == "div16"]
+        assert row["status"] == "ok", _rows_text([row])
+        return row["n_regs"]
+
+    free = regs()
+    cap = max(lc.MAXNREG_MIN, (free - 16) // 8 * 8)
+    assert cap < free, free
+    monkeypatch.setitem(lc.GPU_CONFIGS, "small_short_k", dataclasses.replace(lc.GPU_CONFIGS["small_short_k"],
+                                                                             maxnreg=cap))
+    assert regs() <= cap
+
+
 def test_rocm_takes_the_lds_safe_tiles():
     """gfx942's 64 KiB of LDS: float32 operands on ROCm use ROCM_F32_CONFIGS
     (the H200 tiles need 80-192 KiB there), bf16 operands with 2-byte float
