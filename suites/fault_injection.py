@@ -858,6 +858,18 @@ FAULTS += [
      [FG + "test_the_mma_word_order_and_the_transposed_product_go_together"]),
 ]
 
+# A row's register cap (LaunchRow.maxnreg): a CUDA compile option only.
+FAULTS += [
+    ("launch: the register cap passed to ROCm and the interpreter", "harness/kernels/launch_config.py",
+     '    if vendor != "cuda":  # a PTX register cap: other targets\' compilers take no such option\n',
+     "    if False:\n",
+     ["suites/targets/test_launch_selection.py::test_maxnreg_is_a_cuda_compile_option"]),
+    ("targets: the register cap compiled as a constexpr, not an option", "harness/aot/fused_launches.py",
+     '_OPTIONS = ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")',
+     '_OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")',
+     ["suites/targets/test_targets.py::test_a_rows_register_cap_reaches_ptxas"]),
+]
+
 
 def table_problems(faults=None) -> list[str]:
     """One line per fault whose pattern does not occur exactly once in its
