@@ -19,7 +19,6 @@ Prints one JSON line per case; docs/benchmarks.md holds the figures.
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
@@ -30,24 +29,12 @@ from harness.kernels import launch_config as lc
 from harness.kernels.fused_weights import FusedWeights
 from harness.kernels.pair_layout import pair_layout
 from harness.kernels.split_k import sm_count
-from harness.moe import limits
 from harness.commands.bench.moe import SHAPES
+from tools import shape_sweep
+from tools.shape_sweep import graph_ms
 
 
-def graph_ms(fn) -> float:
-    fn()
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(10):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return round(limits.median_cuda_ms(graph.replay, 7) / 10, 4)
-
-
-def sweep(shape: str, dev) -> list:
+def sweep(shape: str, args, dev) -> list:
     E, k, H, inter = SHAPES[shape]
     g = torch.Generator(device=dev).manual_seed(0)
     weights = {"w13": (torch.randn(E, 2 * inter, H, generator=g, device=dev) * H ** -0.5).to(torch.bfloat16),
@@ -106,20 +93,7 @@ def sweep(shape: str, dev) -> list:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", default="mixtral,qwen3-30b-a3b")
-    p.add_argument("--out", default=None, help="also write all rows to this JSON file")
-    a = p.parse_args()
-    unknown = [s for s in a.shapes.split(",") if s not in SHAPES]
-    if unknown:
-        raise SystemExit(f"tools.decode_sweep: --shapes {','.join(unknown)} unknown; choose from {', '.join(SHAPES)}")
-    if not torch.cuda.is_available():
-        raise SystemExit("tools.decode_sweep needs a CUDA GPU (it times kernel launches)")
-    rows = [r for s in a.shapes.split(",") for r in sweep(s, torch.device("cuda"))]
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 0
+    return shape_sweep.main("tools.decode_sweep", __doc__.splitlines()[0], sweep)
 
 
 if __name__ == "__main__":

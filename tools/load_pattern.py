@@ -9,12 +9,12 @@ those loads (an XOR of the words, one int32 per row stored) over the same
 grid (N / BLOCK_N tiles x the experts 16 tokens route to, seed 0), and the
 same bytes stored tile-contiguous ("tiled": each K step's tile one
 contiguous block, the layout a repacked format would have), at 3 and 4
-pipeline stages; GB/s of the words read, CUDA-graph replay (tools.decode_sweep's
-timer). Prints one JSON line per GEMM; docs/benchmarks.md holds the figures.
+pipeline stages; GB/s of the words read, CUDA-graph replay
+(tools.shape_sweep.graph_ms). Prints one JSON line per GEMM;
+docs/benchmarks.md holds the figures.
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
@@ -22,7 +22,8 @@ import triton
 import triton.language as tl
 
 from harness.commands.bench.moe import SHAPES
-from tools.decode_sweep import graph_ms
+from tools import shape_sweep
+from tools.shape_sweep import graph_ms
 
 
 @triton.jit
@@ -49,8 +50,9 @@ def routed(experts: int, top_k: int, tokens: int, dev) -> int:
     return int(torch.topk(torch.randn(tokens, experts, generator=g, device=dev), top_k, dim=1).indices.unique().numel())
 
 
-def sweep(shape: str, tokens: int, dev) -> list:
+def sweep(shape: str, args, dev) -> list:
     E, k, H, inter = SHAPES[shape]
+    tokens = args.tokens
     used = routed(E, k, tokens, dev)
     rows = []
     for gemm, N, K in (("w13", 2 * inter, H), ("w2", H, inter)):
@@ -78,21 +80,9 @@ def sweep(shape: str, tokens: int, dev) -> list:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", default="mixtral,qwen3-30b-a3b")
-    p.add_argument("--tokens", type=int, default=16, help="tokens routed (their experts are the grid)")
-    p.add_argument("--out", default=None, help="also write all rows to this JSON file")
-    a = p.parse_args()
-    unknown = [s for s in a.shapes.split(",") if s not in SHAPES]
-    if unknown:
-        raise SystemExit(f"tools.load_pattern: --shapes {','.join(unknown)} unknown; choose from {', '.join(SHAPES)}")
-    if not torch.cuda.is_available():
-        raise SystemExit("tools.load_pattern needs a CUDA GPU (it times kernel launches)")
-    rows = [r for s in a.shapes.split(",") for r in sweep(s, a.tokens, torch.device("cuda"))]
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 0
+    def tokens(p):
+        p.add_argument("--tokens", type=int, default=16, help="tokens routed (their experts are the grid)")
+    return shape_sweep.main("tools.load_pattern", __doc__.splitlines()[0], sweep, tokens)
 
 
 if __name__ == "__main__":
