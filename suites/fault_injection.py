@@ -735,8 +735,8 @@ FAULTS += [
      "    if False:\n        gs_w = tl.load(wgs_ptr + e)",
      [FG + "test_fused_dequantize_every_code_and_scale_byte"]),
     ("kernel format keeps its own copy of the scale bytes", "harness/kernels/fused_weights.py",
-     "return cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K, order)",
-     "return cls(1, data.contiguous(), scales.clone(), gs, spec.name, E, N, K, order)",
+     "fw = cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K, order)",
+     "fw = cls(1, data.contiguous(), scales.clone(), gs, spec.name, E, N, K, order)",
      ["suites/properties/test_moe_layer_smoke.py::test_fused_layer_holds_no_more_than_the_checkpoint",
       "suites/multigpu/test_resident_bytes.py::test_resident_bytes_are_the_paper_figure"]),
     ("kernel format: one global scale stretched over experts it does not cover", "harness/kernels/fused_weights.py",
@@ -868,6 +868,26 @@ FAULTS += [
      '_OPTIONS = ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")',
      '_OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")',
      ["suites/targets/test_targets.py::test_a_rows_register_cap_reaches_ptxas"]),
+]
+
+# FusedWeights.plain_scales: E8M0 multipliers from the byte's bits, only where no byte needs the cases of 0 and 255.
+FAULTS += [
+    ("weights: a zero scale byte over nonzero codes let through as plain", "harness/kernels/fused_weights.py",
+     "    return not bool((blocks & magnitude).any())\n",
+     "    return True\n",
+     [FG + "test_plain_scales_rule", FG + "test_plain_scales_are_wrong_where_the_rule_refuses_them"]),
+    ("kernel: the plain bf16 multiplier built one exponent bit off", "harness/kernels/fused_gemm_src.py",
+     "                    m = (sc << 7).to(tl.uint16).to(tl.bfloat16, bitcast=True)\n",
+     "                    m = (sc << 6).to(tl.uint16).to(tl.bfloat16, bitcast=True)\n",
+     ["suites/properties/test_kernels_fused_gemm.py::test_bf16_gemm_picks_out_every_finite_weight_gpu"]),
+    ("kernel: the plain float32 multiplier off by one exponent", "harness/kernels/fused_gemm_src.py",
+     "        return (sc << F32_MANT).to(tl.float32, bitcast=True)\n",
+     "        return ((sc + 1) << F32_MANT).to(tl.float32, bitcast=True)\n",
+     [FG + "test_plain_scales_decode_every_code_and_scale_byte"]),
+    ("launch: plain scales set on two-level rows", "harness/kernels/launch_config.py",
+     "    plain = bool(plain_scales) and kind == 1 and hf.get_format(fmt).is_mx\n",
+     "    plain = bool(plain_scales) and kind == 1\n",
+     [FG + "test_plain_scales_rule"]),
 ]
 
 

@@ -8,7 +8,8 @@ of the format table (and float weights for the "bf16" baseline), precision
 "ieee" and "bf16", every BLOCK_M class (pair_layout.BLOCK_MS), mode "fused"
 (with a short K loop where the tables have a row for it, and the BLOCK_K a
 K with a tail steps down to) and both launches
-of mode "predequant", masked and unmasked N/K tails, and every epilogue a
+of mode "predequant", MX weights with and without plain scale bytes
+(FusedWeights.plain_scales), masked and unmasked N/K tails, and every epilogue a
 GEMM launch can get (EPILOGUES: none, the router weights of GEMM2, the bias
 of gpt-oss's GEMM1, both; the bias stays on the host after a post factor).
 """
@@ -66,6 +67,34 @@ def weight_formats():
     return list(FORMAT_NAMES)
 
 
+def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
+    """The launches on element codes of one format: mode "fused" (with a
+    short K loop where the tables have a row for it, and the BLOCK_K a K with
+    a tail steps down to) and mode "predequant"'s dequant pass. `plain`:
+    FusedWeights.plain_scales (MX weights), named ".plain" after the format."""
+    bf16 = prec == "bf16"
+    x_dt = torch.bfloat16 if bf16 else torch.float32
+    post = bf16 and get_format(fmt).has_global_scale  # 1/(gs_w * gs_a) after the dot
+    name = fmt + (".plain" if plain else "")
+    codes = _gemm_types(x_dt, torch.uint8, codes=True)
+    kw = dict(kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, override=ov, plain_scales=plain)
+    fused = None
+    for epi, fused in gemms("gemm", k=0, **kw):
+        yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}{epi}", codes, fused.meta())
+    for epi, short in gemms("gemm", k=SHORT_K_MAX, **kw):
+        if short.row != fused.row:  # a short K loop (K <= SHORT_K_MAX) takes a row of its own
+            yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", codes, short.meta())
+    for epi, stepped in gemms("gemm", k=MIN_EVEN_BLOCK_K * 45, **kw):
+        if stepped.BLOCK_K != fused.BLOCK_K:  # a K with a tail of the row's BLOCK_K steps down
+            yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.evenk{stepped.BLOCK_K}{epi}", codes,
+                           stepped.meta())
+    if bm == BLOCK_MS[0]:
+        meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov, plain_scales=plain).meta()
+        types = dict(codes, x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt), block_expert_ptr=ptr(x_dt), gs_ptr=ptr(x_dt),
+                     wgs_ptr="*fp32" if get_format(fmt).is_two_level else ptr(x_dt), out_ptr=ptr(x_dt))
+        yield _variant(k, f"predequant.dequant.{name}.{_DT[x_dt]}.{tail}", types, meta)
+
+
 def gemm_variants(backend: str):
     k = fused_gemm._kernel(False)
     vendor = "rocm" if backend == "hip" else "cuda"
@@ -85,29 +114,11 @@ def gemm_variants(backend: str):
                 tail = "even" if even else "masked"
                 ov = {"EVEN_NK": even}
                 for fmt in weight_formats():
-                    post = bf16 and get_format(fmt).has_global_scale  # 1/(gs_w * gs_a) after the dot
-                    # mode "fused": codes decoded in the K loop
-                    for epi, fused in gemms("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, k=0,
-                                            override=ov):
-                        yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}{epi}", _gemm_types(x_dt, torch.uint8, codes=True),
-                                       fused.meta())
-                    for epi, short in gemms("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm,
-                                            k=SHORT_K_MAX, override=ov):
-                        if short.row != fused.row:  # a short K loop (K <= SHORT_K_MAX) takes a row of its own
-                            yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.shortk{epi}",
-                                           _gemm_types(x_dt, torch.uint8, codes=True), short.meta())
-                    for epi, stepped in gemms("gemm", kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm,
-                                              k=MIN_EVEN_BLOCK_K * 45, override=ov):
-                        if stepped.BLOCK_K != fused.BLOCK_K:  # a K with a tail of the row's BLOCK_K steps down
-                            yield _variant(k, f"fused.{fmt}.{prec}.bm{bm}.{tail}.evenk{stepped.BLOCK_K}{epi}",
-                                           _gemm_types(x_dt, torch.uint8, codes=True), stepped.meta())
-                    # mode "predequant": the dequant-only pass, then the GEMM on the float scratch
-                    if bm == BLOCK_MS[0]:
-                        meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov).meta()
-                        types = dict(_gemm_types(x_dt, torch.uint8, codes=True), x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt),
-                                     block_expert_ptr=ptr(x_dt), gs_ptr=ptr(x_dt),
-                                     wgs_ptr="*fp32" if get_format(fmt).is_two_level else ptr(x_dt), out_ptr=ptr(x_dt))
-                        yield _variant(k, f"predequant.dequant.{fmt}.{_DT[x_dt]}.{tail}", types, meta)
+                    # MX weights whose scale bytes allow it take their multipliers from the bytes' bits
+                    for plain in (False, True) if get_format(fmt).is_mx else (False,):
+                        yield from _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain)
+                    # mode "predequant": the GEMM on the float scratch
+                    post = bf16 and get_format(fmt).has_global_scale
                     for epi, cfg in gemms("scratch_gemm", kind=0, bf16=bf16, has_post=post, block_m=bm, k=0,
                                           w_bytes=x_dt.itemsize, override=ov):
                         yield _variant(k, f"predequant.gemm.{prec}.bm{bm}.{tail}" + (".post" if post else "") + epi,

@@ -59,7 +59,7 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
     rows, block_expert, bm = layout if layout is not None else (None, None, block_m or 0)
     return _moe_gemm_op(x, ids, fw.data, fw.scales, fw.gscale, a_gscale, fw.kind,
                         fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert, x_row_div,
-                        bias, row_scale, fw.word_order)
+                        bias, row_scale, fw.word_order, fw.plain_scales)
 
 
 @torch.library.custom_op("moe_harness::moe_gemm", mutates_args=())
@@ -68,8 +68,9 @@ def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales:
                  N: int, K: int, precision: str, block_m: int, mode: str, rows: Optional[torch.Tensor] = None,
                  block_expert: Optional[torch.Tensor] = None, x_row_div: int = 1,
                  bias: Optional[torch.Tensor] = None, row_scale: Optional[torch.Tensor] = None,
-                 word_order: str = "k") -> torch.Tensor:
+                 word_order: str = "k", plain_scales: bool = False) -> torch.Tensor:
     fw = FusedWeights(kind, data, scales, gscale, fmt or None, E, N, K, word_order)
+    fw.plain_scales = plain_scales  # the flag of the FusedWeights moe_gemm took these tensors from
     layout = (rows, block_expert, block_m) if rows is not None else None
     return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode,
                           layout=layout, x_row_div=x_row_div, bias=bias, row_scale=row_scale)
@@ -77,7 +78,8 @@ def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales:
 
 @_moe_gemm_op.register_fake
 def _moe_gemm_fake(x, ids, data, scales, gscale, a_gscale, kind, fmt, E, N, K, precision, block_m, mode,
-                   rows=None, block_expert=None, x_row_div=1, bias=None, row_scale=None, word_order="k"):
+                   rows=None, block_expert=None, x_row_div=1, bias=None, row_scale=None, word_order="k",
+                   plain_scales=False):
     return x.new_empty((ids.shape[0], N), dtype=torch.float32)
 
 
@@ -164,7 +166,8 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     cfg = select_launch(launch, vendor, kind=run_fw.kind, fmt=run_fw.fmt, bf16=bf16, has_post=post,
                         block_m=bm, n=fw.N, k=K, w_bytes=run_fw.data.element_size(), pairs=P, experts=fw.E,
                         sm_count=None if interpret else sm_count(x.device), bias=bias is not None,
-                        row_scale=row_scale is not None, override=config, word_order=run_fw.word_order)
+                        row_scale=row_scale is not None, override=config, word_order=run_fw.word_order,
+                        plain_scales=run_fw.plain_scales)
     n_tiles = triton_cdiv(fw.N, cfg.BLOCK_N)
     splits = cfg.SPLIT_K
     # Split-K partials land in [splits, P, N] and are summed in split order
@@ -221,7 +224,7 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, config: Optional[dict] = N
     out = torch.empty(fw.E, fw.N, fw.K, dtype=dtype, device=fw.device)
     vendor = vendor_of(fw.device)
     cfg = select_launch("dequant", vendor, kind=fw.kind, fmt=fw.fmt, bf16=dtype == torch.bfloat16, n=fw.N, k=fw.K,
-                        override=config, word_order=fw.word_order)
+                        override=config, word_order=fw.word_order, plain_scales=fw.plain_scales)
     grid = (fw.E, triton_cdiv(fw.N, cfg.BLOCK_N))
     sc = fw.scales if fw.scales is not None else out
     gs = fw.gscale if fw.gscale is not None else out

@@ -2,7 +2,7 @@
 prepared once, at conversion."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -39,6 +39,10 @@ class FusedWeights:
     N: int
     K: int
     word_order: str = "k"  # e2m1 words: fp4_words.ORDERS (other formats: "k")
+    # Derived at conversion (from_quantized, plain_scale_bytes), never passed in: True lets the kernel take each
+    # E8M0 multiplier as the float whose exponent field is the byte (launch_config: PLAIN_SCALES). A
+    # FusedWeights built by hand, or whose tensors were written after conversion, keeps False: the full decode.
+    plain_scales: bool = field(default=False, init=False)
 
     def __post_init__(self):
         """The layout the kernel reads, checked (FusedWeights can be built by
@@ -131,7 +135,9 @@ class FusedWeights:
         if spec.is_fp4:
             order = word_order or preferred_word_order(vendor_of(codes.device), spec.name, K)
         data = fp4_words.pack(codes, order).view(torch.uint8) if spec.is_fp4 else codes.contiguous()
-        return cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K, order)
+        fw = cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K, order)
+        fw.plain_scales = plain_scale_bytes(codes, scales, spec)
+        return fw
 
     @classmethod
     def from_quantized_by_experts(cls, q: hf.QuantizedTensor, gscale: Optional[torch.Tensor], device,
@@ -148,6 +154,7 @@ class FusedWeights:
         per_expert = max(1, N * K)
         step = max(1, min(E, chunk_bytes // per_expert))
         full: Optional[FusedWeights] = None
+        plain = True
         for e0 in range(0, E, step):
             e1 = min(E, e0 + step)
             gs = q.global_scale
@@ -169,7 +176,9 @@ class FusedWeights:
                 src = getattr(part, name)
                 if src is not None:
                     getattr(full, name)[e0:e1].copy_(src)
+            plain = plain and part.plain_scales
             del part
+        full.plain_scales = plain  # every chunk's scale bytes checked
         return full
 
     @classmethod
@@ -189,3 +198,22 @@ class FusedWeights:
         """Bytes the kernel format holds (codes, scale bytes, global scales)."""
         held = (getattr(self, name) for name in self.TENSORS)
         return sum(t.numel() * t.element_size() for t in held if t is not None)
+
+
+def plain_scale_bytes(codes: torch.Tensor, scales: torch.Tensor, spec) -> bool:
+    """Whether an MX tensor's E8M0 multipliers 2^(b - 127) are all the float
+    whose exponent field is b (bf16: b << 7), so the kernel can skip the two
+    bytes that are not: 0 (2^-127, a float32 subnormal) and 255 (NaN). True
+    when no byte is 255 and every block whose byte is 0 holds only zero
+    codes (+0 or -0: times 0 instead of 2^-127 they stay the same zeros).
+    codes [E, N, K] uint8 element codes, scales [E, N, K / block] bytes. Two
+    host reads (build time only); False for two-level rows (their scale is a
+    minifloat), integer elements and any NaN scale."""
+    if not spec.is_mx or spec.element.is_int or bool((scales == 255).any()):
+        return False
+    zero = scales == 0
+    if not bool(zero.any()):
+        return True
+    magnitude = spec.element.sign_bit - 1  # the code bits below the sign (sign_bit is its mask)
+    blocks = codes.reshape(*scales.shape, spec.block_size)[zero]  # [blocks with byte 0, block]
+    return not bool((blocks & magnitude).any())

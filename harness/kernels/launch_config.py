@@ -170,7 +170,7 @@ PREDEQUANT_MIN_ROWS_PER_EXPERT = 512
 _NO_ELEMENT = element_constants(hf.E4M3)
 _ELEMENT_KEYS = ("MBITS", "WIDTH", "BIAS", "SIGN_BIT", "SPECIALS", "NAN_CODE", "INF_CODE", "MIN_NORMAL")
 # LaunchConfig fields that are kernel constexprs or compile options, in launch order.
-_LAUNCH_KEYS = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK",)
+_LAUNCH_KEYS = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "PLAIN_SCALES")
 
 
 @dataclass(frozen=True)
@@ -207,6 +207,8 @@ class LaunchConfig:
     SWAP_MN: Optional[bool]
     MMA_ORDER: bool  # e2m1 words in fp4_words' "mma" order (the weights' word_order)
     EVEN_NK: bool
+    # E8M0 multipliers without the cases of bytes 0 and 255 (FusedWeights.plain_scales); None: not passed
+    PLAIN_SCALES: Optional[bool]
     SPLIT_K: int
     SPLIT_BLOCKS: int
 
@@ -350,7 +352,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                   bf16: bool = False, has_post: bool = False, block_m: int = DEQUANT_BLOCK_M, w_bytes: int = 1,
                   pairs: int = 0, experts: int = 0, sm_count: Optional[int] = None,
                   bias: bool = False, row_scale: bool = False, override: Optional[Mapping] = None,
-                  word_order: str = "k") -> LaunchConfig:
+                  word_order: str = "k", plain_scales: bool = False) -> LaunchConfig:
     """The launch configuration of one launch (LAUNCHES) on `vendor` (VENDORS).
 
     kind: the weights it reads (0 float, 1 element codes of `fmt`); bf16: tl.dot
@@ -365,7 +367,10 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     never after a post factor (a multiply then an add may be contracted into
     an FMA): what the launch leaves, the host does with the same torch ops.
     word_order: the e2m1 weights' word order (FusedWeights.word_order); a
-    row's SWAP_MN acts only on GEMM launches over "mma" words."""
+    row's SWAP_MN acts only on GEMM launches over "mma" words. plain_scales:
+    the weights' FusedWeights.plain_scales, which sets PLAIN_SCALES on
+    launches that decode MX codes (never an override: it holds only for
+    weights whose scale bytes were checked)."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
     if vendor not in VENDORS:
@@ -428,13 +433,15 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     if split_blocks:
         splits = triton_cdiv(k_blocks, split_blocks)  # no empty split
     one_split = splits == 1 and not dequant
+    plain = bool(plain_scales) and kind == 1 and hf.get_format(fmt).is_mx
     in_bias = bias and one_split and not has_post
     return LaunchConfig(launch=launch, vendor=vendor, table=table, row=name, fmt=None if kind == 0 else fmt,
                         KIND=kind, BF16=bf16 and not dequant, HAS_POST=has_post and not dequant,
                         # the row scale comes after the bias: in the kernel only if the bias is there too (or none)
                         HAS_BIAS=in_bias, ROW_SCALE=row_scale and one_split and (in_bias or not bias),
                         RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
-                        DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, MMA_ORDER=mma_order, EVEN_NK=even_nk, SPLIT_K=splits,
+                        DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, MMA_ORDER=mma_order, EVEN_NK=even_nk,
+                        PLAIN_SCALES=True if plain else None, SPLIT_K=splits,
                         SPLIT_BLOCKS=split_blocks)
 
 

@@ -19,7 +19,7 @@ import torch
 import harness.formats as hf
 from harness.kernels import fused_gemm
 from harness.kernels import launch_config as lc
-from harness.kernels.fused_weights import FusedWeights
+from harness.kernels.fused_weights import FusedWeights, plain_scale_bytes
 from harness.testing.checks.bitwise import assert_bitwise_equal
 
 # Encode-side global scales of the two-level rows, one per expert: 1, a
@@ -58,6 +58,24 @@ def every_code_and_scale(fmt: str) -> hf.QuantizedTensor:
 
 def _fused_weights(q: hf.QuantizedTensor) -> FusedWeights:
     return FusedWeights.from_quantized(q, None if q.global_scale is None else q.global_scale.reshape(-1))
+
+
+MX_FORMATS = [f for f in hf.FORMAT_NAMES if hf.FORMATS[f].is_mx]
+# (format, plain scale bytes only): every format as it comes, and the MX rows restricted to plain_bytes_only
+FORMATS_PLAIN = [(f, False) for f in hf.FORMAT_NAMES] + [(f, True) for f in MX_FORMATS]
+
+
+def plain_bytes_only(q: hf.QuantizedTensor) -> hf.QuantizedTensor:
+    """q restricted to what FusedWeights.plain_scales allows: NaN scale
+    bytes (255) set to 254, and every code of a block whose byte is 0 set to
+    +0 or -0 (alternating along K), so every other code still meets every
+    byte in [1, 254] and byte 0 meets both zeros."""
+    spec = q.spec
+    scales = torch.where(q.scales == 255, 254, q.scales).to(torch.uint8)
+    zero = (scales == 0).repeat_interleave(spec.block_size, -1)
+    signed_zero = ((torch.arange(q.codes.shape[-1]) % 2) * spec.element.sign_bit).to(torch.uint8)
+    codes = torch.where(zero, signed_zero.to(q.codes.device), q.codes).to(torch.uint8)
+    return hf.QuantizedTensor(codes, scales, q.global_scale, q.fmt)
 
 
 @pytest.mark.parametrize("flags", DECODE_FLAGS, ids=_flag_id)
@@ -272,30 +290,34 @@ def test_rocm_code_launches_truncate_where_cuda_multiplies_in_bf16():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
-def test_bf16_dequant_every_code_and_scale_byte_gpu(fmt, gpu_device):
+@pytest.mark.parametrize("fmt,plain", FORMATS_PLAIN)
+def test_bf16_dequant_every_code_and_scale_byte_gpu(fmt, plain, gpu_device):
     """The bf16 scratch of mode predequant, with the tables' BF16_DECODE and
     without it: bit for bit the reference's values rounded once to bf16, for
     every code x scale byte (subnormal codes and products, -0.0, NaN scales).
-    Formats other than e2m1 ignore the flag."""
-    q = every_code_and_scale(fmt)
+    Formats other than e2m1 ignore the flag. `plain`: the scale bytes
+    FusedWeights.plain_scales allows (plain_bytes_only), that decode."""
+    q = plain_bytes_only(every_code_and_scale(fmt)) if plain else every_code_and_scale(fmt)
     want = _bf16_operands(q)
     qd = hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device),
                             None if q.global_scale is None else q.global_scale.to(gpu_device), fmt)
     fw = _fused_weights(qd)
+    assert fw.plain_scales is plain
     for config in (None, dict(BF16_DECODE=False), TRUNC):
         got = fused_gemm._dequantize(fw, torch.bfloat16, config).cpu()
         assert_bitwise_equal(got, want, f"{fmt} {config or 'tuned table'}")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
-def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, gpu_device):
+@pytest.mark.parametrize("fmt,plain", FORMATS_PLAIN)
+def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, gpu_device):
     """Precision "bf16" GEMM launch with one-hot rows, tables' BF16_DECODE on
     (bf16 multiplies, and ROCm's float32 multiplies truncated: BF16_TRUNC)
     and off: the outputs agree bit for bit, and for MX formats (no post
-    factor) each equals its weight's bf16 operand exactly."""
-    q = every_code_and_scale(fmt)
+    factor) each equals its weight's bf16 operand exactly. `plain`: the
+    scale bytes FusedWeights.plain_scales allows, the multipliers built from
+    the bytes' bits (the tables' decode launches on such weights)."""
+    q = plain_bytes_only(every_code_and_scale(fmt)) if plain else every_code_and_scale(fmt)
     spec = q.spec
     finite = torch.isfinite(_bf16_operands(q).float())
     scales_ok = torch.isfinite(_bf16_operands(hf.QuantizedTensor(torch.full_like(q.codes, 2), q.scales,
@@ -310,6 +332,7 @@ def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, gpu_device):
     qd = hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device),
                             None if q.global_scale is None else q.global_scale.to(gpu_device), fmt)
     fw = _fused_weights(qd)
+    assert fw.plain_scales is plain
     a_gs = torch.tensor(1.0, device=gpu_device)
     outs = {}
     for flag in (True, False, "trunc"):
@@ -376,3 +399,98 @@ def test_the_mma_word_order_and_the_transposed_product_go_together():
     assert all(row.SWAP_MN is None for row in lc.ROCM_BF16_CODE_CONFIGS.values())
     with pytest.raises(ValueError, match="select_launch: unknown word order 'MMA'"):
         lc.select_launch("gemm", "cuda", word_order="MMA", **dict(kw, kind=0, fmt=None, w_bytes=2))
+
+
+# ---- FusedWeights.plain_scales: E8M0 multipliers as the float whose
+# exponent field is the byte, where no byte needs the cases of 0 and 255.
+
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_plain_scales_decode_every_code_and_scale_byte(fmt):
+    """On weights whose bytes allow it (plain_bytes_only), from_quantized
+    sets plain_scales and the launches take PLAIN_SCALES: the dequant pass
+    under every decode flag and the GEMM's one-hot rows are bit for bit the
+    reference, every code x every byte in [1, 254], byte 0 over +-0."""
+    q = plain_bytes_only(every_code_and_scale(fmt))
+
+    def build(qq):
+        fw = _fused_weights(qq)
+        assert fw.plain_scales, fmt
+        return fw
+
+    fw = build(q)
+    cfg = lc.select_launch("dequant", "interpreter", kind=1, fmt=fmt, n=fw.N, k=fw.K, word_order=fw.word_order,
+                           plain_scales=fw.plain_scales)
+    assert cfg.meta()["PLAIN_SCALES"] is True
+    for flags in DECODE_FLAGS:
+        assert_bitwise_equal(fused_gemm.fused_dequantize(fw, dict(flags)), hf.dequantize(q), f"{fmt} {flags}")
+    _assert_one_hot_rows_pick_out_each_weight(_finite_only(q), build)
+
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+def test_plain_scales_are_wrong_where_the_rule_refuses_them(fmt):
+    """Why the rule exists: every code x every scale byte with plain_scales
+    forced on. Bytes 1..254 still decode bit for bit; a finite nonzero code
+    under byte 0 loses its 2^-127 (becomes +-0) and one under byte 255 its
+    NaN (becomes +-Inf), so from_quantized must leave the flag off there."""
+    q = every_code_and_scale(fmt)
+    fw = _fused_weights(q)
+    assert not fw.plain_scales
+    fw.plain_scales = True  # what a rule that skipped the check would do
+    got, want = fused_gemm.fused_dequantize(fw), hf.dequantize(q)
+    byte = q.scales.repeat_interleave(q.spec.block_size, -1)
+    value = hf.dequantize(hf.QuantizedTensor(q.codes, torch.full_like(q.scales, 127), None, fmt))  # scale 1
+    live = torch.isfinite(value) & (value != 0)
+    normal = (byte > 0) & (byte < 255)
+    assert_bitwise_equal(got[normal], want[normal], f"{fmt}: bytes 1..254")
+    assert bool((got[live & (byte == 0)] == 0).all()) and bool((want[live & (byte == 0)] != 0).all())
+    assert bool(torch.isinf(got[live & (byte == 255)]).all()) and bool(torch.isnan(want[live & (byte == 255)]).all())
+
+
+def test_plain_scales_rule():
+    """plain_scales is derived at conversion, never passed in: True for MX
+    weights with no byte 255 and byte 0 only over zero codes; False for
+    two-level rows, any NaN byte, a nonzero code under byte 0, and a
+    FusedWeights built by hand; a chunked build holds it only if every chunk
+    does. The selector sets PLAIN_SCALES on MX code launches only, and no
+    override can set it."""
+    g = torch.Generator().manual_seed(0)
+    E, N, K = 4, 8, 64
+    codes = torch.randint(0, 16, (E, N, K), generator=g, dtype=torch.uint8)
+    scales = torch.randint(1, 255, (E, N, K // 32), generator=g, dtype=torch.uint8)
+
+    def plain(c, s, fmt="mxfp4"):
+        return FusedWeights.from_quantized(hf.QuantizedTensor(c, s, None, fmt), None).plain_scales
+
+    assert plain(codes, scales)
+    z_codes, z_scales = codes.clone(), scales.clone()
+    z_scales[1, 2, 1] = 0
+    z_codes[1, 2, 32:64] = torch.tensor([0, 8], dtype=torch.uint8).repeat(16)  # +0 and -0
+    assert plain(z_codes, z_scales)
+    z_codes[1, 2, 40] = 1  # 0.5 x 2^-127
+    assert not plain(z_codes, z_scales)
+    nan = scales.clone()
+    nan[3, 7, 0] = 255
+    zeros = codes.clone()
+    zeros[3, 7, :32] = 0
+    assert not plain(zeros, nan)  # NaN scale even over zero codes
+    e4m3_scales = torch.randint(1, 0x7F, (E, N, K // 16), generator=g, dtype=torch.uint8)
+    assert not plain_scale_bytes(codes, e4m3_scales, hf.FORMATS["nvfp4"])  # a minifloat scale: the full decode
+    q_nan = hf.QuantizedTensor(zeros, nan, None, "mxfp4")
+    assert not FusedWeights.from_quantized_by_experts(q_nan, None, "cpu", chunk_bytes=N * K).plain_scales
+    assert FusedWeights.from_quantized_by_experts(hf.QuantizedTensor(codes, scales, None, "mxfp4"), None, "cpu",
+                                                  chunk_bytes=N * K).plain_scales
+    built = FusedWeights.from_quantized(hf.QuantizedTensor(codes, scales, None, "mxfp4"), None)
+    by_hand = FusedWeights(1, built.data, built.scales, None, "mxfp4", E, N, K, built.word_order)
+    assert not by_hand.plain_scales
+    with pytest.raises(TypeError):
+        FusedWeights(1, built.data, built.scales, None, "mxfp4", E, N, K, built.word_order, True)
+    kw = dict(block_m=16, n=64, k=256, plain_scales=True)
+    assert lc.select_launch("gemm", "cuda", kind=1, fmt="mxfp8_e4m3", bf16=True, **kw).PLAIN_SCALES is True
+    assert "PLAIN_SCALES" not in lc.select_launch("gemm", "cuda", kind=1, fmt="nvfp4", bf16=True, **kw).meta()
+    assert "PLAIN_SCALES" not in lc.select_launch("gemm", "cuda", kind=0, bf16=True, w_bytes=2, **kw).meta()
+    assert "PLAIN_SCALES" not in lc.select_launch("gemm", "cuda", kind=1, fmt="mxfp4", bf16=True, block_m=16, n=64,
+                                                  k=256).meta()
+    with pytest.raises(ValueError, match="PLAIN_SCALES"):
+        lc.select_launch("gemm", "cuda", kind=1, fmt="mxfp4", bf16=True, block_m=16, n=64, k=256,
+                         override=dict(PLAIN_SCALES=True))

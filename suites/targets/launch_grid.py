@@ -38,9 +38,10 @@ BLOCK_MS = (16, 32, 64, 128)
 # SHORT_K_MAX (1024), tails on either side of every table tile (BLOCK_N
 # 16..256, BLOCK_K 32..512), and a K whose tail steps BLOCK_K down (2880)
 NK = ((0, 0), (0, 1024), (96, 32), (256, 768), (96, 1040), (256, 1056), (96, 14336), (96, 2880))
-# the weights of a GEMM launch: element codes decoded in the K loop, float
-# weights as given (2- and 4-byte), mode "predequant"'s scratch
-WEIGHTS = ("codes:mxfp4", "codes:nvfp4", "float:2", "float:4", "scratch")
+# the weights of a GEMM launch: element codes decoded in the K loop (":plain":
+# FusedWeights.plain_scales, which acts on MX rows only), float weights as
+# given (2- and 4-byte), mode "predequant"'s scratch
+WEIGHTS = ("codes:mxfp4", "codes:nvfp4", "codes:mxfp4:plain", "codes:nvfp4:plain", "float:2", "float:4", "scratch")
 OVERRIDES = (
     None,
     {"EVEN_NK": True},
@@ -65,7 +66,7 @@ def gemm_points():
     for vendor in VENDORS:
         for weights in WEIGHTS:
             for bf16 in (False, True):
-                post = bf16 and weights in ("codes:nvfp4", "scratch")
+                post = bf16 and weights in ("codes:nvfp4", "codes:nvfp4:plain", "scratch")
                 for bm in BLOCK_MS:
                     for n, k in NK:
                         pts.append((vendor, weights, bf16, post, bm, n, k, None))
@@ -85,7 +86,7 @@ def dequant_points():
     pts = []
     for vendor in VENDORS:
         for bf16_out in (False, True):
-            for kind, fmt in ((1, "mxfp4"), (0, None)):
+            for kind, fmt in ((1, "mxfp4"), (1, "mxfp4:plain"), (0, None)):
                 for n, k in NK:
                     pts.append((vendor, kind, fmt, bf16_out, n, k, None))
             for fmt in FORMATS:
@@ -223,16 +224,19 @@ def gemm_value(vendor, weights, bf16, post, bm, n, k, override):
         launch, kind, fmt, w_bytes = "gemm", 1, weights.split(":")[1], 1
     try:
         cfg = select_launch(launch, vendor, kind=kind, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, n=n, k=k,
-                            w_bytes=w_bytes, override=override, word_order=word_order(vendor, fmt, k))
+                            w_bytes=w_bytes, override=override, word_order=word_order(vendor, fmt, k),
+                            plain_scales=weights.endswith(":plain"))
     except ValueError as exc:
         return _error(exc)
     return {"meta": _launch_dict(cfg, override)}
 
 
 def dequant_value(vendor, kind, fmt, bf16_out, n, k, override):
+    fmt, _, plain = (fmt or "").partition(":")  # "mxfp4:plain": FusedWeights.plain_scales
+    fmt = fmt or None
     try:
         cfg = select_launch("dequant", vendor, kind=kind, fmt=fmt, bf16=bf16_out, n=n, k=k, override=override,
-                            word_order=word_order(vendor, fmt if kind == 1 else None, k))
+                            word_order=word_order(vendor, fmt if kind == 1 else None, k), plain_scales=plain == "plain")
     except ValueError as exc:
         return _error(exc)
     return {"meta": _launch_dict(cfg, override)}
