@@ -12,7 +12,10 @@ with the bf16 decode off ("no_bf16_decode") and the byte decode off too
 word order (MXFP4 on CUDA), the same launch on K-order words ("k_order":
 mma.sync instead of the transposed product), and the table's launch with
 its registers capped at 128 and 96 a thread ("maxnreg128", "maxnreg96": more
-CTAs an SM); per weight tensor the dequant-only pass (mode
+CTAs an SM), and on the same weights with FusedWeights.plain_scales off
+("full_scales": every E8M0 multiplier through the cases of bytes 0 and 255;
+the table's launches take PLAIN_SCALES where the bytes allow, as these
+do); per weight tensor the dequant-only pass (mode
 predequant) as the table has it, with the bf16 decode on, and with the
 byte decode off.
 Prints one JSON line per case; docs/benchmarks.md holds the figures.
@@ -20,6 +23,7 @@ Prints one JSON line per case; docs/benchmarks.md holds the figures.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import torch
 
@@ -46,6 +50,7 @@ def sweep(shape: str, args, dev) -> list:
             fw = FusedWeights.from_quantized(q, gs)
             # the same codes in K word order where the device's order differs (the "mma" order's baseline)
             fw_k = FusedWeights.from_quantized(q, gs, "k") if fw.word_order != "k" else None
+            fw_full = replace(fw) if fw.plain_scales else None  # a copy of the same tensors keeps the full decode
             del q  # codes unpacked: only the kernel format is kept
             deq = dict(shape=shape, scheme=scheme, gemm=name)
             # Two interleaved rounds, the second kept: whichever variant runs
@@ -87,6 +92,8 @@ def sweep(shape: str, args, dev) -> list:
                     row["k_order"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto), fw_k))
                 for cap in (128, 96):  # the bm16 MXFP4 launch holds 154 registers uncapped: 3 CTAs an SM
                     row[f"maxnreg{cap}"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto, maxnreg=cap)))
+                if fw_full is not None:
+                    row["full_scales"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto), fw_full))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
