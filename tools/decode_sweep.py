@@ -15,7 +15,8 @@ its registers capped at 128 and 96 a thread ("maxnreg128", "maxnreg96": more
 CTAs an SM), and on the same weights with FusedWeights.plain_scales off
 ("full_scales": every E8M0 multiplier through the cases of bytes 0 and 255;
 the table's launches take PLAIN_SCALES where the bytes allow, as these
-do); per weight tensor the dequant-only pass (mode
+do), and where the launch folds e2m1's 2^126 into the multipliers, without
+it ("no_fold": two bf16 multiplies a pair, FOLD_BIAS off); per weight tensor the dequant-only pass (mode
 predequant) as the table has it, with the bf16 decode on, and with the
 byte decode off.
 Prints one JSON line per case; docs/benchmarks.md holds the figures.
@@ -75,7 +76,7 @@ def sweep(shape: str, args, dev) -> list:
                 chosen = lc.select_launch("gemm", lc.vendor_of(dev), kind=1, fmt=fw.fmt, bf16=True,
                                           has_post=fw.two_level, block_m=layout[2], n=fw.N, k=fw.K,
                                           pairs=T * k, experts=E, sm_count=sm_count(dev),
-                                          word_order=fw.word_order)
+                                          word_order=fw.word_order, plain_scales=fw.plain_scales)
                 base = {kk: getattr(chosen, kk) for kk in ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "SWAP_MN")
                         + lc.DECODE_FLAGS if getattr(chosen, kk) is not None}
                 auto = chosen.SPLIT_K
@@ -94,6 +95,8 @@ def sweep(shape: str, args, dev) -> list:
                     row[f"maxnreg{cap}"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto, maxnreg=cap)))
                 if fw_full is not None:
                     row["full_scales"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto), fw_full))
+                if chosen.FOLD_BIAS:
+                    row["no_fold"] = graph_ms(lambda: run(dict(base, SPLIT_K=auto, FOLD_BIAS=False)))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows

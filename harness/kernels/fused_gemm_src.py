@@ -142,15 +142,20 @@ def _moe_gemm_kernel(
     # compute the transposed product out^T = W x^T: the weights are the dot's first operand (wgmma takes it from
     # registers, in the fragment MMA_ORDER words load into), the rows of x its N (launch_config: decode tiles)
     SWAP_MN: tl.constexpr = False,
-    # E8M0 scale bytes all in [1, 254], or 0 only over blocks of zero codes (FusedWeights.plain_scales): each
+    # E8M0 scale bytes all in [1, 128], or 0 only over blocks of zero codes (FusedWeights.plain_scales): each
     # multiplier is the float whose exponent field is the byte, with no case for bytes 0 and 255
     PLAIN_SCALES: tl.constexpr = False,
+    # PLAIN_SCALES e2m1 in bf16 on CUDA (launch_config drops it elsewhere): the pair patterns' 2^(127 - BIAS)
+    # folded into each block multiplier, one packed multiply a pair in inline PTX (Triton's own bf16 multiplies
+    # there get half the pairs scalarized and their halves swapped back: 144 byte permutes a K step on sm_90)
+    FOLD_BIAS: tl.constexpr = False,
 ):
     # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
     BYTES_E2M1: tl.constexpr = BYTE_DECODE and FAST_DECODE and SPECIALS == 0 and WIDTH == 4
     # bf16 decode: in the bf16 GEMM, or a dequant-only launch the host gave a bf16 output (BF16_DECODE is
     # set only where the multipliers are exact in bf16: 2^k, or nvfp4's E4M3 s in precision "bf16")
     BYTES_BF16: tl.constexpr = BYTES_E2M1 and BF16_DECODE and MULT_BCAST and (BF16 or DEQUANT_ONLY)
+    FOLDED: tl.constexpr = BYTES_BF16 and not BF16_TRUNC and PLAIN_SCALES and not TWO_LEVEL and FOLD_BIAS
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     # Split-K (decode sizes: too few programs otherwise): this program's
@@ -213,6 +218,9 @@ def _moe_gemm_kernel(
                         bits = _fp4_pair_bits(word)
                     if not BYTES_E2M1:
                         code = tl.reshape(_pair_codes(bits), (BLOCK_N, BLOCK_K))
+                    elif FOLDED:  # the pair patterns alone (values x 2^(BIAS - 127)): one multiply below
+                        val = tl.join(bits.to(tl.uint16), (bits >> 16).to(tl.uint16)).to(tl.bfloat16, bitcast=True)
+                        val = tl.reshape(val, (BLOCK_N, BLOCK_K))
                     elif BYTES_BF16 and not BF16_TRUNC:
                         val = tl.reshape(_pair_values_bf16(bits, BIAS), (BLOCK_N, BLOCK_K))
                     else:
@@ -245,14 +253,24 @@ def _moe_gemm_kernel(
                 if BYTES_BF16 and not BF16_TRUNC and PLAIN_SCALES and not TWO_LEVEL:
                     # 2^(b - 127) as the bf16 whose exponent field is b: three integer operations fewer
                     # per multiplier than bytes 0 and 255 take (1.02-1.15x the decode GEMM on an H200)
+                    if FOLDED:  # times the patterns' 2^(127 - BIAS): exponent field b + 127 - BIAS (<= 254, b <= 128)
+                        sc = sc + (127 - BIAS)
                     m = (sc << 7).to(tl.uint16).to(tl.bfloat16, bitcast=True)
                 else:
                     m = _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
                                     S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL, PLAIN_SCALES)
                     if BYTES_BF16 and not BF16_TRUNC:  # exact: e2m1 x (2^k or an E4M3 value) fits bf16's 8 bits
                         m = m.to(tl.bfloat16)
-                wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
-                                (BLOCK_N, BLOCK_K))
+                if FOLDED:  # bf16 pairs times {m, m}: a packed multiply (x * m + -0 is x * m, one rounding)
+                    wv = tl.inline_asm_elementwise(
+                        "{ .reg .b32 z; mov.b32 z, 0x80008000; fma.rn.bf16x2 $0, $1, $2, z; }", "=r,r,r",
+                        [tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)),
+                         tl.broadcast_to(m[:, :, None], (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK))],
+                        dtype=tl.bfloat16, is_pure=True, pack=2)
+                    wv = tl.reshape(wv, (BLOCK_N, BLOCK_K))
+                else:
+                    wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
+                                    (BLOCK_N, BLOCK_K))
                 if BYTES_BF16 and BF16_TRUNC:  # the same products, computed in float32
                     wv = _bf16_top(wv)
             else:

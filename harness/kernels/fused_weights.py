@@ -14,6 +14,8 @@ from harness.kernels.launch_config import vendor_of, word_order as preferred_wor
 # codes a device receives at once when a layer's kernel weights are built from
 # codes on the host (from_quantized_by_experts): 512 MiB, a few experts
 CHUNK_BYTES = 2**29
+# the largest E8M0 byte plain_scale_bytes allows (2^1): 128 + 126 is the largest normal exponent field, 254
+MAX_PLAIN_SCALE_BYTE = 128
 
 
 @dataclass
@@ -40,7 +42,7 @@ class FusedWeights:
     K: int
     word_order: str = "k"  # e2m1 words: fp4_words.ORDERS (other formats: "k")
     # Derived at conversion (from_quantized, plain_scale_bytes), never passed in: True lets the kernel take each
-    # E8M0 multiplier as the float whose exponent field is the byte (launch_config: PLAIN_SCALES). A
+    # E8M0 multiplier as the float whose exponent field is the byte (launch_config: PLAIN_SCALES, FOLD_BIAS). A
     # FusedWeights built by hand, or whose tensors were written after conversion, keeps False: the full decode.
     plain_scales: bool = field(default=False, init=False)
 
@@ -203,13 +205,15 @@ class FusedWeights:
 def plain_scale_bytes(codes: torch.Tensor, scales: torch.Tensor, spec) -> bool:
     """Whether an MX tensor's E8M0 multipliers 2^(b - 127) are all the float
     whose exponent field is b (bf16: b << 7), so the kernel can skip the two
-    bytes that are not: 0 (2^-127, a float32 subnormal) and 255 (NaN). True
-    when no byte is 255 and every block whose byte is 0 holds only zero
-    codes (+0 or -0: times 0 instead of 2^-127 they stay the same zeros).
-    codes [E, N, K] uint8 element codes, scales [E, N, K / block] bytes. Two
-    host reads (build time only); False for two-level rows (their scale is a
-    minifloat), integer elements and any NaN scale."""
-    if not spec.is_mx or spec.element.is_int or bool((scales == 255).any()):
+    bytes that are not, 0 (2^-127, a float32 subnormal) and 255 (NaN), and
+    fold e2m1's 2^126 into them (exponent field b + 126, at most 254). True
+    when every byte is at most 128 (block scales up to 2: weights' scales
+    are far below) and every block whose byte is 0 holds only zero codes
+    (+0 or -0: times 0, or 2^-1 folded, instead of 2^-127 they stay the same
+    zeros). codes [E, N, K] uint8 element codes, scales [E, N, K / block]
+    bytes. Two host reads (build time only); False for two-level rows (their
+    scale is a minifloat) and integer elements."""
+    if not spec.is_mx or spec.element.is_int or bool((scales > MAX_PLAIN_SCALE_BYTE).any()):
         return False
     zero = scales == 0
     if not bool(zero.any()):

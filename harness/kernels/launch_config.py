@@ -60,6 +60,7 @@ class LaunchRow:
     BF16_DECODE: Optional[bool] = None
     BF16_TRUNC: Optional[bool] = None
     SWAP_MN: Optional[bool] = None
+    FOLD_BIAS: Optional[bool] = None
 
     def settings(self) -> dict:
         """The fields that are set, as `override=` takes them."""
@@ -69,7 +70,7 @@ class LaunchRow:
 # Launch flags of the weight decode (kernel docs in fused_gemm_src.py).
 # BF16_DECODE acts only in launches with bf16 operands/output (select_launch
 # drops it elsewhere): there every multiplier is exact in bf16.
-DECODE_FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE", "BF16_DECODE", "BF16_TRUNC")
+DECODE_FLAGS = ("FAST_DECODE", "MULT_BCAST", "PACK_JOIN", "BYTE_DECODE", "BF16_DECODE", "BF16_TRUNC", "FOLD_BIAS")
 _DECODE = dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BYTE_DECODE=True)
 
 # GPU launch rows by BLOCK_M class (tuned on an H200, see docs/benchmarks.md;
@@ -77,14 +78,17 @@ _DECODE = dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BYTE_DECODE=Tr
 # bitwise except FAST_DECODE, which is exact where denormals are preserved
 # (checked by fused_dequantize on the device).
 GPU_CONFIGS = {
-    # SWAP_MN (the decode rows): acts only on weights in the "mma" word order (word_order)
-    "small": LaunchRow(BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True, SWAP_MN=True),
+    # SWAP_MN (the decode rows): acts only on weights in the "mma" word order (word_order); FOLD_BIAS only on
+    # weights with plain scale bytes (FusedWeights.plain_scales), on CUDA (0.86-1.00x the decode GEMMs on an
+    # H200; at prefill, on the "large" row, 0.98-1.04x: not set there)
+    "small": LaunchRow(BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True, SWAP_MN=True,
+                       FOLD_BIAS=True),
     "large": LaunchRow(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, **_DECODE, BF16_DECODE=True),
     # "small" for a short K loop (K <= SHORT_K_MAX: Qwen3's GEMM2, K = 768): BLOCK_K
     # 256 leaves 3 iterations there; 128 ran its T=1 / T=16 GEMM 1.29x / 1.08x
     # faster on an H200 (docs/benchmarks.md)
     "small_short_k": LaunchRow(BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True,
-                               SWAP_MN=True),
+                               SWAP_MN=True, FOLD_BIAS=True),
     # grouped GEMM over already-dequantized (bf16) weights, mode "predequant"
     "large_float": LaunchRow(BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
     # the dequant-only pass of mode "predequant" (BF16_DECODE off: bound by
@@ -122,7 +126,7 @@ ROCM_BF16_FLOAT_CONFIGS = {
 # sm_90, whose HMUL2 multiplies bf16 pairs, the same change costs (1176 ->
 # 1504), so CUDA keeps bf16 multiplies. Not yet timed on an MI300X. No SWAP_MN:
 # ROCm's weights keep the "k" word order (word_order).
-ROCM_BF16_CODE_CONFIGS = {name: replace(row, BF16_DECODE=True, BF16_TRUNC=True, SWAP_MN=None)
+ROCM_BF16_CODE_CONFIGS = {name: replace(row, BF16_DECODE=True, BF16_TRUNC=True, SWAP_MN=None, FOLD_BIAS=None)
                           for name, row in GPU_CONFIGS.items() if row.BYTE_DECODE}
 # The Triton interpreter (CPU tensors): one small tile for every launch, the
 # kernel's default flags.
@@ -205,6 +209,7 @@ class LaunchConfig:
     BF16_DECODE: Optional[bool]
     BF16_TRUNC: Optional[bool]
     SWAP_MN: Optional[bool]
+    FOLD_BIAS: Optional[bool]  # plain e2m1 scales in bf16 on CUDA: one packed multiply a pair (fused_gemm_src.py)
     MMA_ORDER: bool  # e2m1 words in fp4_words' "mma" order (the weights' word_order)
     EVEN_NK: bool
     # E8M0 multipliers without the cases of bytes 0 and 255 (FusedWeights.plain_scales); None: not passed
@@ -403,6 +408,10 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         cfg["BF16_DECODE"] = None
     if not cfg["BF16_DECODE"]:  # how BF16_DECODE multiplies
         cfg["BF16_TRUNC"] = None
+    # the folded multiply: inline PTX on e2m1 words whose scale bytes are plain (at most 128), bf16 multiplies
+    plain = bool(plain_scales) and kind == 1 and hf.get_format(fmt).is_mx
+    if not (vendor == "cuda" and plain and hf.get_format(fmt).is_fp4 and cfg["BF16_DECODE"] and not cfg["BF16_TRUNC"]):
+        cfg["FOLD_BIAS"] = None
     if interpret and cfg["BF16_DECODE"] and not cfg["BF16_TRUNC"]:
         # The Triton interpreter's bf16 arithmetic is wrong (0x8040 * 2^126 gave -2^-63, not -0.5; triton 3.9).
         raise ValueError("launch flag BF16_DECODE needs a CUDA/ROCm device: the Triton interpreter (CPU) does not "
@@ -433,7 +442,6 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     if split_blocks:
         splits = triton_cdiv(k_blocks, split_blocks)  # no empty split
     one_split = splits == 1 and not dequant
-    plain = bool(plain_scales) and kind == 1 and hf.get_format(fmt).is_mx
     in_bias = bias and one_split and not has_post
     return LaunchConfig(launch=launch, vendor=vendor, table=table, row=name, fmt=None if kind == 0 else fmt,
                         KIND=kind, BF16=bf16 and not dequant, HAS_POST=has_post and not dequant,

@@ -66,12 +66,12 @@ FORMATS_PLAIN = [(f, False) for f in hf.FORMAT_NAMES] + [(f, True) for f in MX_F
 
 
 def plain_bytes_only(q: hf.QuantizedTensor) -> hf.QuantizedTensor:
-    """q restricted to what FusedWeights.plain_scales allows: NaN scale
-    bytes (255) set to 254, and every code of a block whose byte is 0 set to
-    +0 or -0 (alternating along K), so every other code still meets every
-    byte in [1, 254] and byte 0 meets both zeros."""
+    """q restricted to what FusedWeights.plain_scales allows: bytes above
+    128 moved down by 127 (129..255 -> 2..128), and every code of a block
+    whose byte is 0 set to +0 or -0 (alternating along K), so every other
+    code still meets every byte in [1, 128] and byte 0 meets both zeros."""
     spec = q.spec
-    scales = torch.where(q.scales == 255, 254, q.scales).to(torch.uint8)
+    scales = torch.where(q.scales > 128, q.scales.int() - 127, q.scales.int()).to(torch.uint8)
     zero = (scales == 0).repeat_interleave(spec.block_size, -1)
     signed_zero = ((torch.arange(q.codes.shape[-1]) % 2) * spec.element.sign_bit).to(torch.uint8)
     codes = torch.where(zero, signed_zero.to(q.codes.device), q.codes).to(torch.uint8)
@@ -410,7 +410,7 @@ def test_plain_scales_decode_every_code_and_scale_byte(fmt):
     """On weights whose bytes allow it (plain_bytes_only), from_quantized
     sets plain_scales and the launches take PLAIN_SCALES: the dequant pass
     under every decode flag and the GEMM's one-hot rows are bit for bit the
-    reference, every code x every byte in [1, 254], byte 0 over +-0."""
+    reference, every code x every byte in [1, 128], byte 0 over +-0."""
     q = plain_bytes_only(every_code_and_scale(fmt))
 
     def build(qq):
@@ -430,7 +430,8 @@ def test_plain_scales_decode_every_code_and_scale_byte(fmt):
 @pytest.mark.parametrize("fmt", MX_FORMATS)
 def test_plain_scales_are_wrong_where_the_rule_refuses_them(fmt):
     """Why the rule exists: every code x every scale byte with plain_scales
-    forced on. Bytes 1..254 still decode bit for bit; a finite nonzero code
+    forced on. Bytes 1..254 still decode bit for bit (float32 multipliers,
+    nothing folded); a finite nonzero code
     under byte 0 loses its 2^-127 (becomes +-0) and one under byte 255 its
     NaN (becomes +-Inf), so from_quantized must leave the flag off there."""
     q = every_code_and_scale(fmt)
@@ -449,15 +450,16 @@ def test_plain_scales_are_wrong_where_the_rule_refuses_them(fmt):
 
 def test_plain_scales_rule():
     """plain_scales is derived at conversion, never passed in: True for MX
-    weights with no byte 255 and byte 0 only over zero codes; False for
-    two-level rows, any NaN byte, a nonzero code under byte 0, and a
+    weights with no byte above 128 and byte 0 only over zero codes; False
+    for two-level rows, a byte above 128 (129 or NaN), a nonzero code under
+    byte 0, and a
     FusedWeights built by hand; a chunked build holds it only if every chunk
     does. The selector sets PLAIN_SCALES on MX code launches only, and no
     override can set it."""
     g = torch.Generator().manual_seed(0)
     E, N, K = 4, 8, 64
     codes = torch.randint(0, 16, (E, N, K), generator=g, dtype=torch.uint8)
-    scales = torch.randint(1, 255, (E, N, K // 32), generator=g, dtype=torch.uint8)
+    scales = torch.randint(1, 129, (E, N, K // 32), generator=g, dtype=torch.uint8)
 
     def plain(c, s, fmt="mxfp4"):
         return FusedWeights.from_quantized(hf.QuantizedTensor(c, s, None, fmt), None).plain_scales
@@ -474,6 +476,9 @@ def test_plain_scales_rule():
     zeros = codes.clone()
     zeros[3, 7, :32] = 0
     assert not plain(zeros, nan)  # NaN scale even over zero codes
+    big = scales.clone()
+    big[0, 0, 0] = 129  # 2^2: the folded exponent field 129 + 126 = 255 is Inf/NaN's
+    assert not plain(codes, big)
     e4m3_scales = torch.randint(1, 0x7F, (E, N, K // 16), generator=g, dtype=torch.uint8)
     assert not plain_scale_bytes(codes, e4m3_scales, hf.FORMATS["nvfp4"])  # a minifloat scale: the full decode
     q_nan = hf.QuantizedTensor(zeros, nan, None, "mxfp4")
@@ -494,3 +499,37 @@ def test_plain_scales_rule():
     with pytest.raises(ValueError, match="PLAIN_SCALES"):
         lc.select_launch("gemm", "cuda", kind=1, fmt="mxfp4", bf16=True, block_m=16, n=64, k=256,
                          override=dict(PLAIN_SCALES=True))
+
+
+def test_the_folded_multiply_only_on_plain_e2m1_in_bf16_on_cuda():
+    """FOLD_BIAS (the decode rows): e2m1's 2^126 folded into each block
+    multiplier, one packed multiply a pair in inline PTX. Kept only where
+    the weights' scale bytes are plain (the folded exponent field stays
+    normal), on CUDA (PTX), for e2m1 MX codes, with BF16_DECODE's bf16
+    multiplies; dropped on ROCm (BF16_TRUNC rows), the interpreter, float32
+    operands, NVFP4 and other MX formats, and on weights whose bytes were not
+    checked, even where an override asks for it."""
+    assert lc.GPU_CONFIGS["small"].FOLD_BIAS and lc.GPU_CONFIGS["small_short_k"].FOLD_BIAS
+    assert not lc.GPU_CONFIGS["large"].FOLD_BIAS
+    kw = dict(kind=1, block_m=16, n=64, k=2048)
+    assert lc.select_launch("gemm", "cuda", fmt="mxfp4", bf16=True, plain_scales=True, **kw).FOLD_BIAS is True
+    assert lc.select_launch("gemm", "cuda", fmt="mxfp4", bf16=True, plain_scales=True, k=768, kind=1, block_m=16,
+                            n=64).FOLD_BIAS is True  # the short-K row
+    dropped = [dict(vendor="cuda", fmt="mxfp4", bf16=True, plain_scales=False),
+               dict(vendor="rocm", fmt="mxfp4", bf16=True, plain_scales=True),
+               dict(vendor="cuda", fmt="mxfp4", bf16=False, plain_scales=True),
+               dict(vendor="cuda", fmt="nvfp4", bf16=True, plain_scales=True),
+               dict(vendor="cuda", fmt="mxfp8_e4m3", bf16=True, plain_scales=True)]
+    for d in dropped:
+        vendor = d.pop("vendor")
+        for override in (None, dict(FOLD_BIAS=True), dict(FOLD_BIAS=True, BF16_TRUNC=False)):
+            cfg = lc.select_launch("gemm", vendor, override=override, **d, **kw)
+            assert "FOLD_BIAS" not in cfg.meta(), (vendor, d, override)
+    with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
+        lc.select_launch("gemm", "interpreter", fmt="mxfp4", bf16=True, plain_scales=True,
+                         override=dict(BF16_DECODE=True, FOLD_BIAS=True), **kw)
+    assert "FOLD_BIAS" not in lc.select_launch("gemm", "interpreter", fmt="mxfp4", plain_scales=True,
+                                               override=dict(FOLD_BIAS=True), **kw).meta()
+    off = lc.select_launch("gemm", "cuda", fmt="mxfp4", bf16=True, plain_scales=True,
+                           override=dict(BF16_TRUNC=True, BF16_DECODE=True), **kw)
+    assert "FOLD_BIAS" not in off.meta()  # float32 multiplies truncated: nothing to fold into
