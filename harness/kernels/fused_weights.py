@@ -212,8 +212,11 @@ def plain_scale_bytes(codes: torch.Tensor, scales: torch.Tensor, spec) -> bool:
     (+0 or -0: times 0, or 2^-1 folded, instead of 2^-127 they stay the same
     zeros). codes [E, N, K] uint8 element codes, scales [E, N, K / block]
     bytes. Two host reads (build time only); False for two-level rows (their
-    scale is a minifloat) and integer elements."""
-    if not spec.is_mx or spec.element.is_int or bool((scales > MAX_PLAIN_SCALE_BYTE).any()):
+    scale is a minifloat), integer elements and tensors without values (the
+    meta device: nothing to check, so the full decode)."""
+    if not spec.is_mx or spec.element.is_int or scales.is_meta or codes.is_meta:
+        return False
+    if bool((scales > MAX_PLAIN_SCALE_BYTE).any()):
         return False
     zero = scales == 0
     if not bool(zero.any()):

@@ -485,6 +485,7 @@ def test_plain_scales_rule():
     assert not FusedWeights.from_quantized_by_experts(q_nan, None, "cpu", chunk_bytes=N * K).plain_scales
     assert FusedWeights.from_quantized_by_experts(hf.QuantizedTensor(codes, scales, None, "mxfp4"), None, "cpu",
                                                   chunk_bytes=N * K).plain_scales
+    assert not plain_scale_bytes(codes.to("meta"), scales.to("meta"), hf.FORMATS["mxfp4"])  # no values to check
     built = FusedWeights.from_quantized(hf.QuantizedTensor(codes, scales, None, "mxfp4"), None)
     by_hand = FusedWeights(1, built.data, built.scales, None, "mxfp4", E, N, K, built.word_order)
     assert not by_hand.plain_scales
