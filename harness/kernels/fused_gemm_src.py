@@ -68,12 +68,18 @@ def _pair_values_f32(bits, BIAS: tl.constexpr):
 
 
 @triton.jit
+def _pair_patterns_bf16(bits):
+    """Pair patterns [n, m] -> the same bits as bfloat16 [n, m, 2]: each
+    value times 2^(BIAS - 127)."""
+    return tl.join(bits.to(tl.uint16), (bits >> 16).to(tl.uint16)).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
 def _pair_values_bf16(bits, BIAS: tl.constexpr):
     """Pair patterns [n, m] -> bfloat16 values [n, m, 2], times 2^(127 - BIAS)
     (bf16's exponent bias is float32's; subnormal codes pass through bf16
     subnormals)."""
-    val = tl.join(bits.to(tl.uint16), (bits >> 16).to(tl.uint16)).to(tl.bfloat16, bitcast=True)
-    return val * (2.0 ** (127 - BIAS))
+    return _pair_patterns_bf16(bits) * (2.0 ** (127 - BIAS))
 
 
 @triton.jit
@@ -219,8 +225,7 @@ def _moe_gemm_kernel(
                     if not BYTES_E2M1:
                         code = tl.reshape(_pair_codes(bits), (BLOCK_N, BLOCK_K))
                     elif FOLDED:  # the pair patterns alone (values x 2^(BIAS - 127)): one multiply below
-                        val = tl.join(bits.to(tl.uint16), (bits >> 16).to(tl.uint16)).to(tl.bfloat16, bitcast=True)
-                        val = tl.reshape(val, (BLOCK_N, BLOCK_K))
+                        val = tl.reshape(_pair_patterns_bf16(bits), (BLOCK_N, BLOCK_K))
                     elif BYTES_BF16 and not BF16_TRUNC:
                         val = tl.reshape(_pair_values_bf16(bits, BIAS), (BLOCK_N, BLOCK_K))
                     else:
