@@ -275,7 +275,11 @@ def dispatch(vendor: str) -> dict:
             "e2m1_weights": "eight codes to an int32 word (harness/kernels/fp4_words.py), each bf16 pair placed by "
                             "a shift and a mask",
             "e2m1_word_order": {fmt: word_order(vendor, fmt, fp4_words.GROUP) for fmt in ("mxfp4", "nvfp4")},
-            "swap_mn": "decode rows with SWAP_MN run out^T = W x^T on weights in the 'mma' word order"}
+            "swap_mn": "decode rows with SWAP_MN run out^T = W x^T on weights in the 'mma' word order",
+            "plain_scales": "MX weights whose E8M0 bytes are at most 128 and 0 only over zero codes "
+                            "(FusedWeights.plain_scales, per tensor in each result row) take each multiplier from "
+                            "the byte's bits; on CUDA, rows with FOLD_BIAS then fold e2m1's 2^126 into it (one "
+                            "packed multiply a pair)"}
 
 
 def word_order(vendor: str, fmt: Optional[str], k: int) -> str:

@@ -146,5 +146,12 @@ def test_the_report_says_which_launch_tables_run():
     assert rocm["e2m1_word_order"] == d["e2m1_word_order"] == {"mxfp4": "k", "nvfp4": "k"}
     assert lc.dispatch("cuda")["rows"]["bf16"]["small"]["SWAP_MN"] is True
     assert "SWAP_MN" not in rocm["rows"]["bf16"]["small"]
+    # the folded multiply on CUDA's decode rows only, and each row says which multiplier decode its weights allow
+    assert lc.dispatch("cuda")["rows"]["bf16"]["small"]["FOLD_BIAS"] is True
+    assert "FOLD_BIAS" not in rocm["rows"]["bf16"]["small"] and "plain_scales" in d
+    fused = _rows(result, scheme="w_mxfp4", path="fused (auto) (ieee)")
+    assert fused and all(r["plain_scales"] == [True, True] for r in fused)
+    nv = bench.run(_args("--schemes", "nvfp4", "--peer", "none"))
+    assert all(r["plain_scales"] == [False, False] for r in nv["results"] if r["scheme"] == "nvfp4")
     with pytest.raises(ValueError, match="unknown vendor 'tpu'"):
         lc.dispatch("tpu")

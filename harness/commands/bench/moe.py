@@ -161,6 +161,8 @@ def run(args) -> dict:
             moe = build_emulated_moe(scheme, w13, w2, top_k=k, a1_gscale=a1, a2_gscale=a2, backend="fused",
                                      fused_precision=args.precision)
             prec = moe.experts._precision(device)
+            # which multiplier decode the weights allow (FusedWeights.plain_scales), w13 then w2
+            plain = [fw.plain_scales for fw in moe.experts._kernel_weights]
             for T, (x, lg) in inputs.items():
                 routed = limits.routed_experts(lg, k)
                 read_routed = limits.read_limit_ms(routed, H, I, fmt, lim["copy_gbps"])
@@ -177,7 +179,8 @@ def run(args) -> dict:
                     pre = _best(timed["predequant"]) if "predequant" in timed else None
                     rows.append({
                         "shape": shape, "T": T, "scheme": scheme, "weight_format": fmt,
-                        "path": f"{mode}{' (auto)' if mode == auto else ''} ({prec})", **r, "best_ms": best,
+                        "path": f"{mode}{' (auto)' if mode == auto else ''} ({prec})", "plain_scales": plain,
+                        **r, "best_ms": best,
                         "routed_experts": routed, "read_limit_ms": read_routed,
                         "tc_limit_ms": limits.tc_limit_ms(T, k, H, I, lim["bf16_tflops"]),
                         "vs_grouped": best / base[T], "vs_read_limit": _ratio(best, read_routed),
