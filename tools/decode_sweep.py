@@ -32,11 +32,10 @@ import harness.moe as hm
 from harness.kernels import fused_gemm as fused
 from harness.kernels import launch_config as lc
 from harness.kernels.fused_weights import FusedWeights
-from harness.kernels.pair_layout import pair_layout
 from harness.kernels.split_k import sm_count
 from harness.commands.bench.moe import SHAPES
 from tools import shape_sweep
-from tools.shape_sweep import graph_ms
+from tools.shape_sweep import graph_ms, routed_rows
 
 
 def sweep(shape: str, args, dev) -> list:
@@ -64,9 +63,7 @@ def sweep(shape: str, args, dev) -> list:
             rows.append(deq)
             print(json.dumps(deq), flush=True)
             for T in (1, 16):
-                ids = torch.topk(torch.randn(T, E, generator=g, device=dev), k, dim=1).indices.reshape(-1)
-                x = torch.randn(T * k, fw.K, generator=g, device=dev).to(torch.bfloat16).float()
-                layout = pair_layout(ids, E)
+                ids, x, layout = routed_rows(E, k, fw.K, T, g, dev)
                 a_gs = torch.tensor(300.0, device=dev)
 
                 def run(cfg, weights=fw):

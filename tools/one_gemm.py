@@ -7,8 +7,9 @@ ncu --kernel-name regex:_moe_gemm --launch-skip 2 --launch-count 1 \\
 
 The launch is the one the table picks (mode "fused", precision "bf16") for
 the GEMM's weights quantized from seeded random bf16 (`--scheme`'s weight
-format) and `--tokens` tokens routed top-k by seeded random logits, as
-tools.decode_sweep builds them; `--full-scales` turns
+format) and `--tokens` tokens routed top-k by seeded random logits
+(`tools.shape_sweep.routed_rows`, as tools.decode_sweep draws them, from
+a generator of its own); `--full-scales` turns
 FusedWeights.plain_scales off (the E8M0 multipliers through the cases of
 bytes 0 and 255). Prints the launch it ran.
 """
@@ -24,13 +25,14 @@ import harness.moe as hm
 from harness.commands.bench.moe import SHAPES
 from harness.kernels import fused_gemm as fused
 from harness.kernels.fused_weights import FusedWeights
-from harness.kernels.pair_layout import pair_layout
+from harness.moe.schemes import SCHEME_NAMES
+from tools.shape_sweep import routed_rows
 
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m tools.one_gemm", description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="mixtral", choices=sorted(SHAPES))
-    p.add_argument("--scheme", default="w_mxfp4_a_mxfp4")
+    p.add_argument("--scheme", default="w_mxfp4_a_mxfp4", choices=[n for n in SCHEME_NAMES if n != "bf16"])
     p.add_argument("--gemm", default="w13", choices=("w13", "w2"))
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--launches", type=int, default=3)
@@ -50,9 +52,7 @@ def main() -> int:
     del q, w
     if a.full_scales:
         fw = replace(fw)  # the same tensors, plain_scales off
-    ids = torch.topk(torch.randn(a.tokens, E, generator=g, device=dev), k, dim=1).indices.reshape(-1)
-    x = torch.randn(a.tokens * k, K, generator=g, device=dev).to(torch.bfloat16).float()
-    layout = pair_layout(ids, E)
+    ids, x, layout = routed_rows(E, k, K, a.tokens, g, dev)
     a_gs = torch.tensor(300.0, device=dev)
     for _ in range(a.launches):
         fused._moe_gemm_impl(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused", layout=layout)

@@ -10,6 +10,7 @@ from typing import Callable, Optional
 import torch
 
 from harness.commands.bench.moe import SHAPES
+from harness.kernels.pair_layout import pair_layout
 from harness.moe import limits
 
 
@@ -26,6 +27,15 @@ def graph_ms(fn) -> float:
     graph.replay()
     torch.cuda.synchronize()
     return round(limits.median_cuda_ms(graph.replay, 7) / 10, 4)
+
+
+def routed_rows(E: int, k: int, K: int, T: int, g: torch.Generator, dev) -> tuple:
+    """A decode GEMM's inputs as the sweeps draw them from `g`: T tokens
+    routed top-k by random logits -> (ids [T k], x [T k, K] float32 holding
+    bf16 values, the pair layout)."""
+    ids = torch.topk(torch.randn(T, E, generator=g, device=dev), k, dim=1).indices.reshape(-1)
+    x = torch.randn(T * k, K, generator=g, device=dev).to(torch.bfloat16).float()
+    return ids, x, pair_layout(ids, E)
 
 
 def main(prog: str, description: str, sweep: Callable[[str, argparse.Namespace, torch.device], list],

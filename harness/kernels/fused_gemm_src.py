@@ -161,7 +161,9 @@ def _moe_gemm_kernel(
     # bf16 decode: in the bf16 GEMM, or a dequant-only launch the host gave a bf16 output (BF16_DECODE is
     # set only where the multipliers are exact in bf16: 2^k, or nvfp4's E4M3 s in precision "bf16")
     BYTES_BF16: tl.constexpr = BYTES_E2M1 and BF16_DECODE and MULT_BCAST and (BF16 or DEQUANT_ONLY)
-    FOLDED: tl.constexpr = BYTES_BF16 and not BF16_TRUNC and PLAIN_SCALES and not TWO_LEVEL and FOLD_BIAS
+    # E8M0 multipliers built as bf16 from the byte's bits (PLAIN_SCALES, bf16 multiplies), and folded (FOLD_BIAS)
+    PLAIN_BF16: tl.constexpr = BYTES_BF16 and not BF16_TRUNC and PLAIN_SCALES and not TWO_LEVEL
+    FOLDED: tl.constexpr = PLAIN_BF16 and FOLD_BIAS
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     # Split-K (decode sizes: too few programs otherwise): this program's
@@ -255,7 +257,7 @@ def _moe_gemm_kernel(
                 else:
                     sc = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
                                  other=0).to(tl.int32)
-                if BYTES_BF16 and not BF16_TRUNC and PLAIN_SCALES and not TWO_LEVEL:
+                if PLAIN_BF16:
                     # 2^(b - 127) as the bf16 whose exponent field is b: three integer operations fewer
                     # per multiplier than bytes 0 and 255 take (1.02-1.15x the decode GEMM on an H200)
                     if FOLDED:  # times the patterns' 2^(127 - BIAS): exponent field b + 127 - BIAS (<= 254, b <= 128)

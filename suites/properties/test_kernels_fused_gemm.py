@@ -452,10 +452,9 @@ def test_plain_scales_rule():
     """plain_scales is derived at conversion, never passed in: True for MX
     weights with no byte above 128 and byte 0 only over zero codes; False
     for two-level rows, a byte above 128 (129 or NaN), a nonzero code under
-    byte 0, and a
-    FusedWeights built by hand; a chunked build holds it only if every chunk
-    does. The selector sets PLAIN_SCALES on MX code launches only, and no
-    override can set it."""
+    byte 0, tensors on the meta device and a FusedWeights built by hand; a
+    chunked build holds it only if every chunk does. The selector sets
+    PLAIN_SCALES on MX code launches only, and no override can set it."""
     g = torch.Generator().manual_seed(0)
     E, N, K = 4, 8, 64
     codes = torch.randint(0, 16, (E, N, K), generator=g, dtype=torch.uint8)
