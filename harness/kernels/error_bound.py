@@ -14,8 +14,8 @@ fused_gemm_src.py) and its error bound (what the suites test):
    GPU suite checks it on the device). FAST_DECODE (the tuned tables' choice)
    relies on float32 denormals for subnormal codes; BYTE_DECODE builds the
    same bits for e2m1 from each pair's bits in the word layout of
-   fp4_words.py (a shift and a mask per two codes for three of a word's four
-   pairs), under the same tests. BF16_DECODE (GPU only: the interpreter's
+   fp4_words.py (a rotate and a mask per two codes for three of a word's
+   four pairs), under the same tests. BF16_DECODE (GPU only: the interpreter's
    bf16 arithmetic is wrong) takes those pairs as bf16, two codes per 32-bit
    operation, and scales in bf16 -- exact wherever it acts,
    in launches with bf16 operands: e2m1 x 2^k and e2m1 x E4M3 s (precision

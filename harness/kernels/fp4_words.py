@@ -8,8 +8,15 @@ the three magnitude bits (e1 e0 m) at bits 8..6, the same 16 bits higher for
 the odd code -- is the code's value times 2^-126 (bf16's exponent bias less
 e2m1's), so one exact multiply by 2^126 finishes it (a subnormal code passes
 through a bf16 subnormal). The layout below puts pairs 0, 1 and 2 at that
-pattern shifted right by 0, 3 and 6 bits, so the kernel places each with one
-shift and one mask; pair 3 takes the 8 bits left over and three shifts.
+pattern rotated right by 0, 4 and 10 bits, so the kernel places each with
+one rotate (a funnel shift on NVIDIA, an align-bit on AMD) and one mask;
+pair 3 takes the 8 bits left over, at the pattern rotated right by 6 (six
+of its bits) and by 14 (the two e1 bits): two rotates, two masks and an
+OR. Rotations are what allow this: with shifts alone the bits moved past
+either end are lost, and the best layout leaves pair 3 three shifts. No
+layout gives all four pairs one rotate each (an exhaustive search: the bits
+the first three leave never form one rotated pattern). PAIR_ROTATIONS is
+what the kernel's `_fp4_pairs` computes, as a table the tests read.
 The stored byte form (two codes a byte, low nibble first) needs a multiply,
 two masks and a shift per byte instead, and a byte shuffle to pair them; an
 H200 ran the K loop at decode sizes 1.07-1.12x faster on words
@@ -39,10 +46,14 @@ import torch
 # (sign bit, (e1, e0, m) bit positions) of codes 0..7 of a word
 SLOTS = (
     (15, (8, 7, 6)), (31, (24, 23, 22)),  # pair 0: the bf16x2 pattern itself
-    (12, (5, 4, 3)), (28, (21, 20, 19)),  # pair 1: the pattern >> 3
-    (9, (2, 1, 0)), (25, (18, 17, 16)),  # pair 2: the pattern >> 6
-    (14, (13, 11, 10)), (30, (29, 27, 26)),  # pair 3: the bits left over
+    (11, (4, 3, 2)), (27, (20, 19, 18)),  # pair 1: the pattern rotated right by 4
+    (5, (30, 29, 28)), (21, (14, 13, 12)),  # pair 2: rotated right by 10
+    (9, (26, 1, 0)), (25, (10, 17, 16)),  # pair 3: e1 rotated right by 14, the rest by 6
 )
+# the kernel's left-rotations and masks per pair (the inverse of the rotations above)
+PAIR_MASK = 0x81C081C0
+PAIR_ROTATIONS = (((0, PAIR_MASK),), ((4, PAIR_MASK),), ((10, PAIR_MASK),),
+                  ((6, 0x80C080C0), (14, 0x01000100)))
 CODES_PER_WORD = len(SLOTS)
 
 # Word orders: ORDERS[o][p] is the K offset (within its group of GROUP codes)

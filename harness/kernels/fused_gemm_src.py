@@ -4,7 +4,7 @@ Host code, launch tables and the numerics contract: fused_gemm.py. Weight
 codes are decoded by triton_src's `_decode`, the element decoder every
 kernel shares, except e2m1 under BYTE_DECODE (the GPU tables' choice): the
 word layout of fp4_words.py gives each pair of codes its bf16 bit pattern
-in a shift and a mask (`_fp4_pairs` below), the same FAST bits, held
+in a rotate and a mask (`_fp4_pairs` below), the same FAST bits, held
 bit-equal to the reference by the same exhaustive tests. Loaded twice by harness.kernels.loader (compiled and
 interpreted), like every kernel source.
 """
@@ -15,18 +15,25 @@ from .triton_src import F32_BIAS, F32_MANT, _decode, _e8m0_value  # relative: wi
 
 
 @triton.jit
+def _rotl(w, r: tl.constexpr):
+    """uint32 w rotated left by r (0 < r < 32): one funnel shift on NVIDIA
+    (SHF.L.W), one v_alignbit on AMD."""
+    return (w << r) | (w >> (32 - r))
+
+
+@triton.jit
 def _fp4_pairs(word):
     """int32 words of e2m1 codes in the layout of harness.kernels.fp4_words
     -> its four pairs, uint32 each: the bf16x2 bit pattern of codes (2p, 2p +
     1) of the word, the codes' values times 2^-126 (low half the even code;
     sign at bit 15, magnitude bits at 8..6, the same 16 bits up for the odd
-    one). Pairs 0-2: one shift and one mask; pair 3 (sign, e1 and e0 m apart,
-    fp4_words.SLOTS): three."""
+    one). Pairs 0-2: one rotate and one mask; pair 3 (its e1 bits apart from
+    the rest): two of each (fp4_words.PAIR_ROTATIONS)."""
     w = word.to(tl.uint32, bitcast=True)
     p0 = w & 0x81C081C0
-    p1 = (w << 3) & 0x81C081C0
-    p2 = (w << 6) & 0x81C081C0
-    p3 = ((w << 1) & 0x80008000) | ((w >> 5) & 0x01000100) | ((w >> 4) & 0x00C000C0)
+    p1 = _rotl(w, 4) & 0x81C081C0
+    p2 = _rotl(w, 10) & 0x81C081C0
+    p3 = (_rotl(w, 6) & 0x80C080C0) | (_rotl(w, 14) & 0x01000100)
     return p0, p1, p2, p3
 
 

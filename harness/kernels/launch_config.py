@@ -273,7 +273,7 @@ def dispatch(vendor: str) -> dict:
             "rows": {ops: {name: row.settings() for name, row in TABLES[table].items()}
                      for ops, table in tables.items()},
             "e2m1_weights": "eight codes to an int32 word (harness/kernels/fp4_words.py), each bf16 pair placed by "
-                            "a shift and a mask",
+                            "a rotate and a mask (two for one pair of four)",
             "e2m1_word_order": {fmt: word_order(vendor, fmt, fp4_words.GROUP) for fmt in ("mxfp4", "nvfp4")},
             "swap_mn": "decode rows with SWAP_MN run out^T = W x^T on weights in the 'mma' word order",
             "plain_scales": "MX weights whose E8M0 bytes are at most 128 and 0 only over zero codes "

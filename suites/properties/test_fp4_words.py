@@ -1,7 +1,7 @@
 """The fused kernel's e2m1 word layout (harness.kernels.fp4_words): a
 permutation of bits, one code's four bits at the slots' positions, and each
 pair of a word the bf16x2 pattern of its codes' values x 2^-126 by the
-shifts and masks the kernel's `_fp4_pairs` applies. The kernel's
+rotations and masks the kernel's `_fp4_pairs` applies. The kernel's
 decode of it is held to the reference by test_kernels_fused_gemm.py."""
 from __future__ import annotations
 
@@ -11,14 +11,28 @@ import torch
 import harness.formats as hf
 from harness.kernels import fp4_words
 
-PAIR_MASK = 0x81C081C0
-# what `_fp4_pairs` (fused_gemm_src.py) computes per pair, on words as int64 in [0, 2^32)
-PAIRS = (
-    lambda w: w & PAIR_MASK,
-    lambda w: (w << 3) & PAIR_MASK,
-    lambda w: (w << 6) & PAIR_MASK,
-    lambda w: ((w << 1) & 0x80008000) | ((w >> 5) & 0x01000100) | ((w >> 4) & 0x00C000C0),
-)
+PAIR_MASK = fp4_words.PAIR_MASK
+
+
+def _rotl(w: torch.Tensor, r: int) -> torch.Tensor:
+    return ((w << r) | (w >> (32 - r))) & 0xFFFFFFFF if r else w
+
+
+def _pair(p: int, w: torch.Tensor) -> torch.Tensor:
+    """Pair p of words w (int64 in [0, 2^32)) as `_fp4_pairs` (fused_gemm_src.py)
+    computes it: fp4_words.PAIR_ROTATIONS' rotations and masks, OR-ed."""
+    out = torch.zeros_like(w)
+    for r, mask in fp4_words.PAIR_ROTATIONS[p]:
+        out |= _rotl(w, r) & mask
+    return out
+
+
+def test_pair_rotations_cover_each_pattern_bit_once():
+    """Every pair's masks are disjoint and together the bf16x2 pattern's bits."""
+    for p, parts in enumerate(fp4_words.PAIR_ROTATIONS):
+        masks = [m for _, m in parts]
+        assert sum(masks) == PAIR_MASK and len(set(masks)) == len(masks), p
+        assert all(a & b == 0 for i, a in enumerate(masks) for b in masks[i + 1:]), p
 
 
 def _e2m1(codes: torch.Tensor) -> torch.Tensor:
@@ -56,7 +70,7 @@ def test_each_pair_is_the_bf16_pattern_of_its_codes():
         codes = torch.zeros(256, 8, dtype=torch.uint8)
         codes[:, 2 * p], codes[:, 2 * p + 1] = lo, hi
         w = fp4_words.pack(codes).reshape(256).to(torch.int64) & 0xFFFFFFFF
-        bits = PAIRS[p](w) & 0xFFFFFFFF
+        bits = _pair(p, w)
         halves = torch.stack([bits & 0xFFFF, bits >> 16], -1).to(torch.int32)
         val = (halves << 16).view(torch.float32) * 2.0 ** 126  # bf16 pattern in float32's top half
         want = _e2m1(torch.stack([lo, hi], -1).reshape(-1)).reshape(256, 2)
