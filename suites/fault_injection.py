@@ -748,6 +748,13 @@ FAULTS += [
     ("pair layout: one block fewer than its bound", "harness/kernels/moe_align.py",
      "    return m + (num_pairs - m) // block_m", "    return m + (num_pairs - m) // block_m - 1",
      ["suites/properties/test_kernels_moe_align.py::test_layout_places_every_pair_once_within_its_bound"]),
+    ("pair layout: the padding lanes left in expert 0's count", "harness/kernels/moe_align_src.py",
+     " - tl.where(ex == 0, P_PAD - P, 0)  # [E_PAD]", "  # [E_PAD]",
+     ["suites/properties/test_kernels_moe_align.py::test_align_equals_sort_pairs",
+      "suites/properties/test_kernels_moe_align.py::test_align_edges"]),
+    ("pair layout: each expert starts after its own padded rows too", "harness/kernels/moe_align_src.py",
+     "start = _cumsum(padded, 0) - padded", "start = _cumsum(padded, 0)",
+     ["suites/properties/test_kernels_moe_align.py::test_align_equals_sort_pairs"]),
 ]
 
 # The GEMM epilogue: the expert bias and the router weight of each pair, the bits of the torch ops.

@@ -9,10 +9,10 @@ holds them equal on every input it draws):
 
 - rank of a pair among the pairs of its expert = number of earlier pairs
   with the same expert (a [P, P] comparison: what makes the sort stable);
-- per-expert counts, padded counts and their running sum from a [E, P]
-  comparison and tl.cumsum;
-- dest = padded start of the pair's expert (the padded counts of all lower
-  experts, a [E, P] masked sum) + rank; rows = -1, then pair ids at dest;
+- per-expert counts from a histogram of the experts, padded to block_m,
+  and each expert's start (the padded counts of all lower experts) from
+  their running sum, gathered per pair: dest = start of the pair's expert
+  + rank; rows = -1, then pair ids at dest;
   block_expert = -1, then each pair's expert at dest // block_m (every used
   block holds a pair).
 """

@@ -11,6 +11,12 @@ def _sum(x, axis: tl.constexpr):
 
 
 @triton.jit
+def _cumsum(x, axis: tl.constexpr):
+    """Inclusive running sum, the same way (tl.cumsum is a jit function too)."""
+    return tl.associative_scan(x, axis, tl.standard._sum_combine)
+
+
+@triton.jit
 def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS, BLOCK_M,
                   P_PAD: tl.constexpr, E_PAD: tl.constexpr, FILL: tl.constexpr):
     offs = tl.arange(0, P_PAD)
@@ -18,11 +24,13 @@ def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS, BLOCK_M,
     e = tl.load(ids_ptr + offs, mask=pm, other=-1).to(tl.int32)  # -1: a padding lane, no expert
     earlier = (e[:, None] == e[None, :]) & (offs[None, :] < offs[:, None])
     rank = _sum(earlier.to(tl.int32), 1)
+    # pairs per expert, padded, and where each expert starts: a histogram, its running sum and one gather (the
+    # padding lanes counted in expert 0's bin, then taken off it)
     ex = tl.arange(0, E_PAD)
-    cnt = _sum((e[None, :] == ex[:, None]).to(tl.int32), 1)  # [E_PAD] pairs per expert
+    cnt = tl.histogram(tl.where(pm, e, 0), E_PAD) - tl.where(ex == 0, P_PAD - P, 0)  # [E_PAD]
     padded = (cnt + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    # the padded rows of every lower expert: where the pair's expert starts
-    start_of_pair = _sum(tl.where(ex[:, None] < e[None, :], padded[:, None], 0), 0)  # [P_PAD]
+    start = _cumsum(padded, 0) - padded  # the padded rows of every lower expert
+    start_of_pair = tl.gather(start, tl.where(pm, e, 0), 0)  # [P_PAD]
     dest = start_of_pair + rank
     for r0 in range(0, NROWS, FILL):
         ro = r0 + tl.arange(0, FILL)
@@ -31,8 +39,10 @@ def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS, BLOCK_M,
         bo = b0 + tl.arange(0, FILL)
         tl.store(block_expert_ptr + bo, tl.full((FILL,), -1, tl.int32), mask=bo < NB)
     tl.debug_barrier()  # the -1 fills land before the pairs (other threads' lanes)
-    tl.store(rows_ptr + dest, offs.to(tl.int64), mask=pm)
+    # dest < NROWS holds (moe_align.num_blocks); the mask keeps a wrong layout a wrong answer, not a stray write
+    inside = pm & (dest < NROWS)
+    tl.store(rows_ptr + dest, offs.to(tl.int64), mask=inside)
     # Every used block holds a pair (an expert's last block starts with one), so each block gets its
     # expert from the pairs in it (pairs of one block store the same value); the rest stay -1.
-    tl.store(block_expert_ptr + dest // BLOCK_M, e, mask=pm)
+    tl.store(block_expert_ptr + dest // BLOCK_M, e, mask=inside)
 
