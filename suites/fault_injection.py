@@ -757,6 +757,16 @@ FAULTS += [
      ["suites/properties/test_kernels_moe_align.py::test_align_equals_sort_pairs"]),
 ]
 
+# The top-k sum (harness/moe/combine.py) and its one-pass kernel.
+FAULTS += [
+    ("top-k sum: slots added last first", "harness/moe/combine.py",
+     "    for j in range(hw.shape[1]):", "    for j in reversed(range(hw.shape[1])):",
+     ["suites/properties/test_topk_sum.py::test_slot_order_decides_where_order_matters"]),
+    ("top-k sum kernel: the running sum starts from -0.0 (GPU)", "harness/kernels/fused_act_src.py",
+     "    acc = tl.zeros((BLOCK,), tl.float32)", "    acc = tl.full((BLOCK,), -0.0, tl.float32)",
+     ["suites/properties/test_moe_gpu.py::test_fused_topk_sum_is_bitwise_the_slot_order_sum"]),
+]
+
 # The GEMM epilogue: the expert bias and the router weight of each pair, the bits of the torch ops.
 EP = "suites/properties/test_kernels_epilogue.py::"
 FAULTS += [

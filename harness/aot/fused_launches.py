@@ -152,6 +152,13 @@ def scale_variants(backend=None):
     yield _variant(k, "f32-to-bf16", types, fused_act.SCALE_META)
 
 
+def topk_sum_variants(backend=None):
+    k = fused_act._sum_kernel()
+    for out in ("fp32", "bf16", "fp16"):
+        types = dict(h_ptr="*fp32", out_ptr="*" + out, H="i32", k="i32")
+        yield _variant(k, "f32-to-" + out, types, fused_act.SUM_META)
+
+
 def split_sum_variants(backend=None):
     """The K-split epilogue: with and without the bias and the row scale."""
     k = fused_gemm._split_kernel(False)
@@ -167,6 +174,7 @@ register("_split_sum_kernel", lambda: fused_gemm._split_kernel(False), split_sum
 register("silu_and_mul_kernel", fused_act._kernel, silu_variants)
 register("swiglu_clamp_kernel", fused_act._swiglu_kernel, swiglu_variants)
 register("scale_to_bf16_kernel", fused_act._scale_kernel, scale_variants)
+register("topk_sum_kernel", fused_act._sum_kernel, topk_sum_variants)
 
 
 def align_variants(backend=None):

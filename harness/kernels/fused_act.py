@@ -17,6 +17,10 @@ rounded to float32 as ATen rounds a Python scalar, ATen's CUDA sigmoid 1 /
 expression's order, no FMA contraction: seven elementwise kernels in one
 pass.
 
+topk_sum (harness.moe.combine.topk_sum: the k products of each token added
+in slot order from +0.0 in float32, then cast): torch runs it as k adds and
+a cast, or as torch.sum and a cast in another order.
+
 scale_to_bf16 ((x * g).to(bfloat16), nvfp4's x * gs_a before the bf16 GEMM):
 torch runs it as two passes, or as one slow mixed-dtype pass with out=.
 
@@ -38,6 +42,8 @@ BLOCK = 1024
 # Launch constexprs and compile options (fused_aot.py compiles the same).
 SILU_META = dict(BLOCK=BLOCK, num_warps=4, enable_fp_fusion=False)
 SCALE_META = dict(BLOCK=4096, num_warps=8, enable_fp_fusion=False)
+SUM_META = dict(BLOCK=1024, num_warps=4, enable_fp_fusion=False)
+SUM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _kernel():
@@ -48,6 +54,11 @@ def _kernel():
 def _swiglu_kernel():
     """swiglu_clamp_kernel (fused_act_src.py), compiled."""
     return kernels(False, "fused_act_src").swiglu_clamp_kernel
+
+
+def _sum_kernel():
+    """topk_sum_kernel (fused_act_src.py), compiled."""
+    return kernels(False, "fused_act_src").topk_sum_kernel
 
 
 def _scale_kernel():
@@ -133,3 +144,30 @@ def scale_to_bf16(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         grid = (triton_cdiv(n, SCALE_META["BLOCK"]),)
         _scale_kernel()[grid](x, g.reshape(1), out, n, **SCALE_META)
     return out
+
+
+def topk_sum(h: torch.Tensor, k: int, out_dtype: torch.dtype) -> torch.Tensor:
+    """h [T k, H] float32 on CUDA (pair t k + j: token t's slot j) -> [T, H]
+    in out_dtype: harness.moe.combine.topk_sum(h.reshape(T, k, H),
+    out_dtype) bit for bit, in one pass. A custom op, as silu_and_mul."""
+    if h.device.type != "cuda" or h.dtype != torch.float32 or h.dim() != 2 or k < 1 or h.shape[0] % k:
+        raise ValueError(f"fused topk_sum takes [T k, H] float32 on CUDA with k >= 1 dividing its rows, got "
+                         f"{h.dtype} {tuple(h.shape)} on {h.device}, k={k}")
+    if out_dtype not in SUM_DTYPES:
+        raise ValueError(f"fused topk_sum writes one of {SUM_DTYPES}, got {out_dtype}")
+    return _topk_sum_op(h, int(k), out_dtype)
+
+
+@torch.library.custom_op("moe_harness::topk_sum", mutates_args=())
+def _topk_sum_op(h: torch.Tensor, k: int, out_dtype: torch.dtype) -> torch.Tensor:
+    h = h.contiguous()
+    T, H = h.shape[0] // k, h.shape[1]
+    out = torch.empty(T, H, dtype=out_dtype, device=h.device)
+    if T and H:
+        _sum_kernel()[(T, triton_cdiv(H, SUM_META["BLOCK"]))](h, out, H, k, **SUM_META)
+    return out
+
+
+@_topk_sum_op.register_fake
+def _topk_sum_fake(h, k, out_dtype):
+    return h.new_empty((h.shape[0] // k, h.shape[1]), dtype=out_dtype)

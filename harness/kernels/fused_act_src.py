@@ -43,3 +43,15 @@ def scale_to_bf16_kernel(x_ptr, g_ptr, out_ptr, n, BLOCK: tl.constexpr):
     m = offs < n
     x = tl.load(x_ptr + offs, mask=m, other=0.0)
     tl.store(out_ptr + offs, (x * tl.load(g_ptr)).to(tl.bfloat16), mask=m)
+
+
+@triton.jit
+def topk_sum_kernel(h_ptr, out_ptr, H, k, BLOCK: tl.constexpr):
+    # out[t] = ((+0 + h[t k]) + h[t k + 1]) + ... in float32, rounded once to the output's dtype
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = cols < H
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for j in range(k):
+        acc += tl.load(h_ptr + (t * k + j) * H + cols, mask=m, other=0.0)
+    tl.store(out_ptr + t * H + cols, acc.to(out_ptr.dtype.element_ty), mask=m)

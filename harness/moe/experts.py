@@ -45,7 +45,7 @@ from typing import Optional
 
 import torch
 
-from harness.moe import ops, quantize_input
+from harness.moe import combine, ops, quantize_input
 from harness.moe.activations import get_activation
 from harness.moe.config import MoEQuantConfig, require_codes
 from harness.kernels import fused_gemm  # Triton only needed for this backend
@@ -212,15 +212,16 @@ class ExpertsBase(torch.nn.Module):
             g = act(h1)
         a = self.quantize_activation(g, self.a2_input_scale())
         # the router weights: in GEMM2's epilogue (fused, no trace: the trace keeps h2 as it is), else the
-        # same float32 multiply here; either way torch's top-k sum of the products (contract (3))
+        # same float32 multiply here; either way the slot-order top-k sum of the products (harness.moe.combine)
         tw = topk_weights.to(torch.float32)
         in_gemm = self.backend == "fused" and self.trace is None
         h2 = self._gemm(a, ids, 1, w, layout, bias=self.w2_bias, row_scale=tw.reshape(-1) if in_gemm else None)
         if self.trace is not None:
             self.trace.update(a1=x, h1=h1, a2_in=g, a2=a, h2=h2)
+        if in_gemm and h2.is_cuda and hidden.dtype in fused_act.SUM_DTYPES:  # the same bits in one pass
+            return fused_act.topk_sum(h2, k, hidden.dtype)
         hw = h2.reshape(T, k, H) if in_gemm else h2.reshape(T, k, H) * tw.unsqueeze(-1)
-        out = hw.sum(dim=1)
-        return out.to(hidden.dtype)
+        return combine.topk_sum(hw, hidden.dtype)
 
 
 class NvFp4EmulationExperts(ExpertsBase):

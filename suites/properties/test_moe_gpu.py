@@ -280,6 +280,36 @@ def test_bf16_handoffs_change_no_bit(family, scheme):
     assert torch.equal(replay().view(torch.int16), fast.view(torch.int16))
 
 
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_fused_topk_sum_is_bitwise_the_slot_order_sum(k):
+    """The fused top-k sum (one pass: k adds and the cast) gives the bits of
+    harness.moe.combine.topk_sum on the device, for float32, bf16 and fp16
+    outputs: a wide exponent range, signed zeros, +-Inf, NaN, subnormals,
+    float32 max (overflow), and slots whose order changes the sum."""
+    from harness.kernels import fused_act
+    from harness.moe import combine
+
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(11)
+    T, H = 37, 2880 + 3  # H past a multiple of the kernel's block
+    h = torch.randn(T * k, H, generator=gen, device=dev)
+    h *= torch.exp2(torch.randint(-140, 120, h.shape, generator=gen, device=dev).float())
+    edge = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40, -1e-45, 3.4e38, 1.0,
+                         2.0 ** 24, -(2.0 ** 24), 65504.0], device=dev)
+    for j in range(k):  # slot j of tokens 0..2 takes the edges rotated by j
+        h[j, : edge.numel()] = edge.roll(j)
+        h[k + j, : edge.numel()] = -edge.roll(2 * j)
+        h[2 * k + j, : edge.numel()] = edge.flip(0).roll(j)
+    for out_dtype in fused_act.SUM_DTYPES:
+        want = combine.topk_sum(h.reshape(T, k, H), out_dtype)
+        got = fused_act.topk_sum(h, k, out_dtype)
+        bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}[out_dtype]
+        same = (got.view(bits) == want.view(bits)) | (got.isnan() & want.isnan())
+        assert got.dtype == out_dtype and bool(same.all()), (out_dtype, int((~same).sum()))
+    with pytest.raises(ValueError, match="dividing its rows"):
+        fused_act.topk_sum(h[:-1], k + 1 if k > 1 else 2, torch.float32)
+
+
 def test_fused_scale_to_bf16_is_bitwise_torch():
     """nvfp4's x * gs_a rounded to bf16 in one pass == (x * g).to(bfloat16),
     over a wide exponent range, signed zeros, subnormals, bf16 overflow and
