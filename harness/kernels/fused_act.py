@@ -42,7 +42,7 @@ BLOCK = 1024
 # Launch constexprs and compile options (fused_aot.py compiles the same).
 SILU_META = dict(BLOCK=BLOCK, num_warps=4, enable_fp_fusion=False)
 SCALE_META = dict(BLOCK=4096, num_warps=8, enable_fp_fusion=False)
-SUM_META = dict(BLOCK=1024, num_warps=4, enable_fp_fusion=False)
+SUM_META = dict(BLOCK=512, UNROLL=8, num_warps=4, enable_fp_fusion=False)
 SUM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 

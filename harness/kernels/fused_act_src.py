@@ -46,12 +46,15 @@ def scale_to_bf16_kernel(x_ptr, g_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def topk_sum_kernel(h_ptr, out_ptr, H, k, BLOCK: tl.constexpr):
-    # out[t] = ((+0 + h[t k]) + h[t k + 1]) + ... in float32, rounded once to the output's dtype
+def topk_sum_kernel(h_ptr, out_ptr, H, k, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
+    # out[t] = ((+0 + h[t k]) + h[t k + 1]) + ... in float32, rounded once to the output's dtype. UNROLL slots'
+    # loads are issued before their adds; a slot past k loads 0.0, which leaves the sum as it is (it starts
+    # from +0.0 and so is never -0.0)
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = cols < H
     acc = tl.zeros((BLOCK,), tl.float32)
-    for j in range(k):
-        acc += tl.load(h_ptr + (t * k + j) * H + cols, mask=m, other=0.0)
+    for j0 in range(0, k, UNROLL):
+        for jj in tl.static_range(UNROLL):
+            acc += tl.load(h_ptr + (t * k + j0 + jj) * H + cols, mask=m & (j0 + jj < k), other=0.0)
     tl.store(out_ptr + t * H + cols, acc.to(out_ptr.dtype.element_ty), mask=m)
