@@ -2,8 +2,9 @@
 
 Order (contract (3) of harness/kernels/error_bound.py): in float32, from
 +0.0, slot 0 first -- the order of vLLM's `moe_sum` kernel -- then rounded
-once to the output's dtype. A fixed order, not torch.sum's (which differs
-between devices and kernel sets), so the fused backend's one-pass kernel
+once to the output's dtype. A fixed order, not torch.sum's (which torch
+does not specify and its CPU and CUDA kernels choose each their own), so
+the fused backend's one-pass kernel
 (harness.kernels.fused_act.topk_sum) and this torch expression give the
 same bits on every machine.
 """
