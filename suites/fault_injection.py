@@ -294,9 +294,9 @@ FAULTS += [
 R = "suites/regressions/"
 FAULTS += [
     ("routing: correction bias in the routing weights", "harness/moe/routing.py",
-     "        topk_weights = torch.gather(_scores(logits, arch.scoring), 1, topk_ids)",
-     "        topk_weights = torch.gather(_scores(logits, arch.scoring) + (0 if e_score_correction_bias is None "
-     "else e_score_correction_bias.to(logits)), 1, topk_ids)",
+     "    scores = _scores(logits, arch.scoring)\n",
+     "    scores = _scores(logits, arch.scoring) + (0 if e_score_correction_bias is None "
+     "else e_score_correction_bias.to(logits))\n",
      [R + "test_family_correction_bias_in_weights.py::test_weights_are_the_unbiased_scores"]),
     ("routing: group limit skipped", "harness/moe/routing.py",
      "    if arch.grouped:\n        keys = torch.where(group_mask(keys, arch)",
@@ -800,6 +800,19 @@ FAULTS += [
     ("top-k: NaN keys ranked by their bits, not above +Inf", "harness/kernels/topk_src.py",
      "    mono = tl.where(v != v, 2147483647, mono)", "    mono = mono",
      [TK + "test_topk_is_the_stable_sort", TK + "test_topk_edges"]),
+    ("top-k weights: each written one slot later", "harness/kernels/topk_src.py",
+     "        slot = tl.where(hit, j, slot)", "        slot = tl.where(hit, (j + 1) % K, slot)",
+     [TK + "test_route_weights_are_the_expression", TK + "test_route_edges"]),
+    ("top-k weights: the chosen score picked from lanes filled with +0.0", "harness/kernels/topk_src.py",
+     "            chosen = _max(tl.where(hit, sbits, -2147483647 - 1), 1)",
+     "            chosen = _max(tl.where(hit, sbits, 0), 1)",
+     [TK + "test_route_weights_are_the_expression"]),
+    ("top-k weights: the routed scaling dropped", "harness/kernels/topk.py",
+     "SCALED=weights and scale != 1.0)", "SCALED=False)",
+     [TK + "test_route_weights_are_the_expression", TK + "test_route_edges"]),
+    ("top-k weights: a fast division, not IEEE (GPU)", "harness/kernels/topk_src.py",
+     "            w = tl.div_rn(w, total[:, None])", "            w = w / total[:, None]",
+     [TK + "test_route_edges"]),
 ]
 
 FAULTS += [

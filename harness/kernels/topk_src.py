@@ -11,8 +11,9 @@ def _max(x, axis: tl.constexpr):
 
 
 @triton.jit
-def _topk_kernel(keys_ptr, ids_ptr, T, E, stride_t, K, E_PAD: tl.constexpr, ROWS: tl.constexpr,
-                 IDX_BITS: tl.constexpr):
+def _topk_kernel(keys_ptr, scores_ptr, ids_ptr, w_ptr, T, E, stride_t, stride_s, K, scale,
+                 E_PAD: tl.constexpr, ROWS: tl.constexpr, IDX_BITS: tl.constexpr, WEIGHTS: tl.constexpr,
+                 RENORM: tl.constexpr, SCALED: tl.constexpr):
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     e = tl.arange(0, E_PAD)
     ok = (r < T)[:, None] & (e < E)[None, :]
@@ -25,7 +26,32 @@ def _topk_kernel(keys_ptr, ids_ptr, T, E, stride_t, K, E_PAD: tl.constexpr, ROWS
     low: tl.constexpr = (1 << IDX_BITS) - 1
     key = (mono.to(tl.int64) << IDX_BITS) + (low - e)
     key = tl.where(ok, key, -9223372036854775807 - 1)
+    if WEIGHTS:
+        sc = tl.load(scores_ptr + r[:, None] * stride_s + e[None, :], mask=ok, other=0.0)
+    else:
+        sc = tl.full([ROWS, E_PAD], 0.0, tl.float32)
+    sbits = sc.to(tl.int32, bitcast=True)
+    # Each chosen expert keeps its slot in registers; one scattered store after
+    # the rounds writes ids and weights, so no round waits on memory.
+    slot = tl.full([ROWS, E_PAD], -1, tl.int32)
+    total = tl.full([ROWS], 0.0, tl.float32)  # the renormalizing sum: slot order from +0.0
     for j in range(K):
         best = _max(key, 1)
-        tl.store(ids_ptr + r * K + j, low - (best & low), mask=r < T)
-        key = tl.where(key == best[:, None], -9223372036854775807 - 1, key)
+        hit = key == best[:, None]
+        if RENORM:
+            # the one hit lane's score bits: every other lane holds INT32_MIN, the
+            # bits of -0.0, so the max is the hit lane's bits whatever they are
+            chosen = _max(tl.where(hit, sbits, -2147483647 - 1), 1)
+            total = total + chosen.to(tl.float32, bitcast=True)
+        slot = tl.where(hit, j, slot)
+        key = tl.where(hit, -9223372036854775807 - 1, key)
+    out = r[:, None] * K + slot
+    sel = ok & (slot >= 0)
+    tl.store(ids_ptr + out, (e[None, :] + 0 * slot).to(tl.int64), mask=sel)
+    if WEIGHTS:
+        w = sc
+        if RENORM:
+            w = tl.div_rn(w, total[:, None])
+        if SCALED:
+            w = w * scale
+        tl.store(w_ptr + out, w, mask=sel)

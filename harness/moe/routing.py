@@ -24,8 +24,10 @@ does not promise this). Experts outside the kept groups get key -inf. On
 CUDA the selection is harness.kernels.topk (one launch, the sort's indices
 bit for bit), elsewhere the sort itself.
 Weights: the unbiased float32 scores of the selected experts (softmax_topk:
-softmax over the k selected logits), divided by their sum when renormalize,
-times routed_scaling_factor. Shapes are fixed ([T, k]) and nothing reads
+softmax over the k selected logits), divided by their float32 sum in slot
+order from +0.0 when renormalize, times routed_scaling_factor
+(harness.kernels.topk.weights_expression; on CUDA the top-k launch writes
+the same bits). Shapes are fixed ([T, k]) and nothing reads
 tensor values on the host, so routing can be captured / compiled. T = 0
 gives empty [0, k] outputs.
 """
@@ -82,19 +84,23 @@ def route_arch(router_logits: torch.Tensor, arch: MoEArch, e_score_correction_bi
     keys = selection_keys(logits, arch, e_score_correction_bias)
     if arch.grouped:
         keys = torch.where(group_mask(keys, arch), keys, torch.full_like(keys, -torch.inf))
-    if keys.is_cuda and topk.applies(keys.shape[1], k):  # the same indices in one launch
-        topk_ids = topk.topk_ids(keys, k)
-    else:
-        topk_ids = torch.sort(keys, dim=-1, descending=True, stable=True).indices[:, :k].to(torch.int64)
+    kernel = keys.is_cuda and topk.applies(keys.shape[1], k)  # the sort's indices in one launch
+    scale = float(arch.routed_scaling_factor)
     if arch.scoring == "softmax_topk":
+        topk_ids = topk.topk_ids(keys, k) if kernel else _sorted_ids(keys, k)
         topk_weights = torch.softmax(torch.gather(logits, 1, topk_ids), dim=-1)
-    else:
-        topk_weights = torch.gather(_scores(logits, arch.scoring), 1, topk_ids)
-        if arch.renormalize:
-            topk_weights = topk_weights / topk_weights.sum(dim=-1, keepdim=True)
-    if float(arch.routed_scaling_factor) != 1.0:  # x * 1.0 is x, bit for bit: no pass for it
-        topk_weights = topk_weights * float(arch.routed_scaling_factor)
-    return topk_weights.to(F32), topk_ids
+        if scale != 1.0:  # x * 1.0 is x, bit for bit: no pass for it
+            topk_weights = topk_weights * scale
+        return topk_weights, topk_ids
+    scores = _scores(logits, arch.scoring)
+    if kernel:  # ids and weights in the same launch, the expression's bits
+        return topk.topk_route(keys, scores, k, arch.renormalize, scale)[::-1]
+    topk_ids = _sorted_ids(keys, k)
+    return topk.weights_expression(scores, topk_ids, arch.renormalize, scale), topk_ids
+
+
+def _sorted_ids(keys: torch.Tensor, k: int) -> torch.Tensor:
+    return torch.sort(keys, dim=-1, descending=True, stable=True).indices[:, :k].to(torch.int64)
 
 
 def route(router_logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renormalize: bool = False,

@@ -1,6 +1,8 @@
 """The routing's one-launch top-k (harness/kernels/topk.py) gives the indices
 of a stable descending torch.sort, bit for bit: ties to the lower index,
--0.0 equal to +0.0, -Inf last, NaN above +Inf; and the CUDA routing takes it."""
+-0.0 equal to +0.0, -Inf last, NaN above +Inf; with scores it writes the
+chosen experts' weights as topk.weights_expression, bit for bit; and the
+CUDA routing takes it."""
 import pytest
 import torch
 from hypothesis import given, settings
@@ -50,6 +52,55 @@ def test_topk_edges(T, E, k, device):
     _check(keys.t().contiguous().t()[:, :E], k, device)  # keys not contiguous by row
 
 
+def _check_route(keys, scores, k, renormalize, scale, device="cpu"):
+    ids, w = topk.topk_route(keys.to(device), scores.to(device), k, renormalize, scale)
+    want = _want(keys, k)
+    assert torch.equal(ids.cpu(), want), (keys.tolist(), k)
+    w_want = topk.weights_expression(scores, want, renormalize, scale)
+    assert w.dtype == torch.float32 and w.shape == want.shape
+    w = w.cpu()
+    same = (w.view(torch.int32) == w_want.view(torch.int32)) | (w.isnan() & w_want.isnan())  # NaN payloads: the CPU's
+    assert bool(same.all()), (w, w_want)
+
+
+# scaling factors in use (DeepSeek-V3 2.5, Kimi-K2 2.827) and one not a float32
+SCALES = [1.0, 2.5, 2.827, 1.0 / 3.0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), E=st.sampled_from([1, 2, 8, 16, 60, 128, 256, 384]), T=st.integers(1, 40))
+def test_route_weights_are_the_expression(data, E, T):
+    """Weights from the same launch: the gathered score, divided by the
+    slot-order sum, times fl32(scale); scores drawn with +-0, Inf, NaN and
+    subnormals, so the sum's order and the division's rounding show."""
+    k = data.draw(st.integers(1, min(E, 9)))
+    g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31)))
+    pool = torch.tensor(data.draw(st.lists(st.sampled_from(SPECIALS) | st.floats(width=32), min_size=1,
+                                           max_size=6)), dtype=torch.float32)
+    keys = pool[torch.randint(0, len(pool), (T, E), generator=g)]
+    spool = torch.tensor(data.draw(st.lists(st.sampled_from(SPECIALS) | st.floats(width=32, min_value=0.0),
+                                            min_size=1, max_size=8)), dtype=torch.float32)
+    scores = torch.where(torch.rand(T, E, generator=g) < 0.5, spool[torch.randint(0, len(spool), (T, E),
+                                                                                  generator=g)],
+                         torch.rand(T, E, generator=g))
+    _check_route(keys, scores, k, data.draw(st.booleans()), data.draw(st.sampled_from(SCALES)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T,E,k", [(1, 128, 8), (16, 128, 8), (4096, 128, 4), (7, 256, 8), (3, 1024, 16),
+                                   (5, 8, 8), (33, 16, 1)])
+def test_route_edges(T, E, k, device):
+    g = torch.Generator().manual_seed(T * 11 + E)
+    logits = torch.randn(T, E, generator=g)
+    logits[0] = 0.0  # a row of ties: equal weights
+    scores = torch.softmax(logits, dim=-1)
+    scores[-1, : E // 2] = torch.rand(E // 2, generator=g) * 2.0**-130  # subnormal scores
+    combos = [(rn, sc) for rn in (True, False) for sc in SCALES]
+    for renormalize, scale in combos if T < 1024 else combos[2:4]:  # the interpreter's time: two at 4096 rows
+        _check_route(logits, scores, k, renormalize, scale, device)
+    _check_route(logits.t().contiguous().t(), scores.t().contiguous().t(), k, True, 2.5, device)
+
+
 def test_topk_refuses_what_it_cannot_hold():
     with pytest.raises(ValueError, match="outside the kernel"):
         topk.topk_ids(torch.zeros(2, topk.MAX_EXPERTS + 1), 2)
@@ -58,6 +109,14 @@ def test_topk_refuses_what_it_cannot_hold():
     with pytest.raises(ValueError, match="float32 keys"):
         topk.topk_ids(torch.zeros(2, 4, dtype=torch.float64), 2)
     assert topk.topk_ids(torch.zeros(0, 4), 2).shape == (0, 2)
+    with pytest.raises(ValueError, match="scores must be float32"):
+        topk.topk_route(torch.zeros(2, 4), torch.zeros(2, 5), 2, True)
+    with pytest.raises(ValueError, match="scores must be float32"):
+        topk.topk_route(torch.zeros(2, 4), torch.zeros(2, 4, dtype=torch.bfloat16), 2, True)
+    with pytest.raises(ValueError, match="outside the kernel"):
+        topk.topk_route(torch.zeros(2, 4), torch.zeros(2, 4), 5, True)
+    ids, w = topk.topk_route(torch.zeros(0, 4), torch.zeros(0, 4), 2, True)
+    assert ids.shape == w.shape == (0, 2)
 
 
 @pytest.mark.gpu
