@@ -199,17 +199,20 @@ register("_align_kernel", lambda: __import__("harness.kernels.moe_align", fromli
 
 def topk_variants(backend=None):
     """Every key-row width the routing can launch (E padded to a power of two; k is a runtime int),
-    ids alone (softmax_topk) and with the weights: renormalized or not, scaled or not."""
+    ids alone (softmax_topk) and with the weights of given scores or of the keys' softmax: renormalized
+    or not, scaled or not."""
     from harness.kernels import topk
 
     k = topk._kernel(False)
     types = dict(keys_ptr="*fp32", scores_ptr="*fp32", ids_ptr="*i64", w_ptr="*fp32", T="i32", E="i32",
                  stride_t="i32", stride_s="i32", K="i32", scale="fp32")
-    flags = ((False, False, False),) + tuple((True, rn, sc) for rn in (False, True) for sc in (False, True))
+    flags = ((False, False, False, False),) + tuple(
+        (True, rn, sc, smx) for smx in (False, True) for rn in (False, True) for sc in (False, True))
     for e_pad in sorted({topk.meta(e)["E_PAD"] for e in range(1, topk.MAX_EXPERTS + 1)}):
-        for weights, renorm, scaled in flags:
-            meta = dict(topk.meta(e_pad), WEIGHTS=weights, RENORM=renorm, SCALED=scaled)
-            name = f"e{e_pad}" + ("_w" if weights else "") + ("_renorm" if renorm else "") + ("_scaled" if scaled else "")
+        for weights, renorm, scaled, softmax in flags:
+            meta = dict(topk.meta(e_pad), WEIGHTS=weights, RENORM=renorm, SCALED=scaled, SOFTMAX=softmax)
+            name = (f"e{e_pad}" + ("_softmax" if softmax else "_w" if weights else "") + ("_renorm" if renorm else "")
+                    + ("_scaled" if scaled else ""))
             yield _variant(k, name, types, meta)
 
 

@@ -18,9 +18,16 @@ score, added to a float32 running sum in slot order from +0.0; after the
 rounds each weight is its score divided (IEEE, round to nearest) by that
 sum when renormalizing, then times the routed scaling factor rounded to
 float32 -- `weights_expression`, bit for bit, which replaces the gather,
-sum, division and product launches.
+sum, division and product launches. Given no scores, it computes the
+softmax of the keys (the logits) itself: exp(x - row max) with libdevice's
+exp (the interpreter: numpy's), divided (IEEE) by the row's float32 sum of
+them in the reduction's order -- torch.softmax's formula, one launch
+fewer; its bits may differ from torch's (the sum's order), within the
+routing weights' bound (harness.moe.tolerance.routing_weight_tolerance).
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 import triton
@@ -77,25 +84,27 @@ def weights_expression(scores: torch.Tensor, ids: torch.Tensor, renormalize: boo
     return w
 
 
-def topk_route(keys: torch.Tensor, scores: torch.Tensor, k: int, renormalize: bool, scale: float = 1.0):
+def topk_route(keys: torch.Tensor, scores: Optional[torch.Tensor], k: int, renormalize: bool, scale: float = 1.0):
     """keys [T, E], scores [T, E] float32 -> (ids [T, k] int64 as topk_ids,
-    weights [T, k] float32 as weights_expression(scores, ids, ...)), one launch."""
+    weights [T, k] float32 as weights_expression(scores, ids, ...)), one
+    launch; scores None: the keys' softmax, computed in the launch."""
     _check(keys, k, "topk_route")
-    if scores.shape != keys.shape or scores.dtype != torch.float32 or scores.device != keys.device:
+    if scores is not None and (scores.shape != keys.shape or scores.dtype != torch.float32
+                               or scores.device != keys.device):
         raise ValueError(f"topk_route: scores must be float32 {tuple(keys.shape)} on {keys.device}, got "
                          f"{scores.dtype} {tuple(scores.shape)} on {scores.device}")
     return _topk_route_op(keys, scores, int(k), bool(renormalize), float(scale))
 
 
-def _launch(keys, scores, ids, w, k, renormalize, scale):
+def _launch(keys, scores, ids, w, k, renormalize, scale, softmax=False):
     T, E = keys.shape
     if T == 0:
         return
     interpret = keys.device.type != "cuda"
     kw = meta(E, interpret)
-    weights = scores is not None
-    kw.update(WEIGHTS=weights, RENORM=weights and renormalize, SCALED=weights and scale != 1.0)
-    s = scores if weights else keys
+    weights = scores is not None or softmax
+    kw.update(WEIGHTS=weights, RENORM=weights and renormalize, SCALED=weights and scale != 1.0, SOFTMAX=softmax)
+    s = scores if scores is not None else keys
     # scale rounded to float32 here: the kernel's product is then fl32(w * fl32(scale)) either way
     args = (keys, s, ids, w if weights else keys, T, E, keys.stride(0), s.stride(0), k,
             float(torch.tensor(scale, dtype=torch.float32)))
@@ -103,14 +112,15 @@ def _launch(keys, scores, ids, w, k, renormalize, scale):
 
 
 @torch.library.custom_op("moe_harness::topk_route", mutates_args=())
-def _topk_route_op(keys: torch.Tensor, scores: torch.Tensor, k: int, renormalize: bool,
+def _topk_route_op(keys: torch.Tensor, scores: Optional[torch.Tensor], k: int, renormalize: bool,
                    scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     T = keys.shape[0]
     keys = keys if keys.stride(1) == 1 else keys.contiguous()
-    scores = scores if scores.stride(1) == 1 else scores.contiguous()
+    if scores is not None and scores.stride(1) != 1:
+        scores = scores.contiguous()
     ids = torch.empty(T, k, dtype=torch.int64, device=keys.device)
     w = torch.empty(T, k, dtype=torch.float32, device=keys.device)
-    _launch(keys, scores, ids, w, k, renormalize, scale)
+    _launch(keys, scores, ids, w, k, renormalize, scale, softmax=scores is None)
     return ids, w
 
 

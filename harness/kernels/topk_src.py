@@ -1,6 +1,18 @@
 """Triton source of the routing's top-k selection (host code: topk.py)."""
+import os
+
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # the loader's interpreted copy: no libdevice there, numpy's exp
+    @triton.jit
+    def _exp(x):
+        return tl.exp(x)
+else:  # the CUDA math library's expf (what torch.softmax's kernels call), or ROCm's
+    @triton.jit
+    def _exp(x):
+        return libdevice.exp(x)
 
 
 @triton.jit
@@ -11,9 +23,14 @@ def _max(x, axis: tl.constexpr):
 
 
 @triton.jit
+def _sum(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, tl.standard._sum_combine)
+
+
+@triton.jit
 def _topk_kernel(keys_ptr, scores_ptr, ids_ptr, w_ptr, T, E, stride_t, stride_s, K, scale,
                  E_PAD: tl.constexpr, ROWS: tl.constexpr, IDX_BITS: tl.constexpr, WEIGHTS: tl.constexpr,
-                 RENORM: tl.constexpr, SCALED: tl.constexpr):
+                 RENORM: tl.constexpr, SCALED: tl.constexpr, SOFTMAX: tl.constexpr):
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     e = tl.arange(0, E_PAD)
     ok = (r < T)[:, None] & (e < E)[None, :]
@@ -26,7 +43,11 @@ def _topk_kernel(keys_ptr, scores_ptr, ids_ptr, w_ptr, T, E, stride_t, stride_s,
     low: tl.constexpr = (1 << IDX_BITS) - 1
     key = (mono.to(tl.int64) << IDX_BITS) + (low - e)
     key = tl.where(ok, key, -9223372036854775807 - 1)
-    if WEIGHTS:
+    if SOFTMAX:  # the keys are the logits: their softmax, exp(x - max) over the sum of the row's exps
+        x = tl.where(ok, v, -float("inf"))
+        ex = _exp(x - _max(x, 1)[:, None])
+        sc = tl.div_rn(ex, _sum(ex, 1)[:, None])
+    elif WEIGHTS:
         sc = tl.load(scores_ptr + r[:, None] * stride_s + e[None, :], mask=ok, other=0.0)
     else:
         sc = tl.full([ROWS, E_PAD], 0.0, tl.float32)

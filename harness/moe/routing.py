@@ -27,7 +27,10 @@ Weights: the unbiased float32 scores of the selected experts (softmax_topk:
 softmax over the k selected logits), divided by their float32 sum in slot
 order from +0.0 when renormalize, times routed_scaling_factor
 (harness.kernels.topk.weights_expression; on CUDA the top-k launch writes
-the same bits). Shapes are fixed ([T, k]) and nothing reads
+the same bits). On CUDA the softmax scores of ungrouped rows without a
+correction bias come from that launch too: torch.softmax's formula, whose
+bits may differ from torch's by the order of the row's sum, within the
+routing weights' bound like torch's own. Shapes are fixed ([T, k]) and nothing reads
 tensor values on the host, so routing can be captured / compiled. T = 0
 gives empty [0, k] outputs.
 """
@@ -92,6 +95,8 @@ def route_arch(router_logits: torch.Tensor, arch: MoEArch, e_score_correction_bi
         if scale != 1.0:  # x * 1.0 is x, bit for bit: no pass for it
             topk_weights = topk_weights * scale
         return topk_weights, topk_ids
+    if kernel and arch.scoring == "softmax" and keys is logits:  # the softmax too in the one launch
+        return topk.topk_route(keys, None, k, arch.renormalize, scale)[::-1]
     scores = _scores(logits, arch.scoring)
     if kernel:  # ids and weights in the same launch, the expression's bits
         return topk.topk_route(keys, scores, k, arch.renormalize, scale)[::-1]

@@ -101,6 +101,56 @@ def test_route_edges(T, E, k, device):
     _check_route(logits.t().contiguous().t(), scores.t().contiguous().t(), k, True, 2.5, device)
 
 
+def _check_softmax_route(logits, k, renormalize, scale, device="cpu"):
+    """The launch's own softmax: the sort's ids, and weights within the
+    routing weights' bound of the float64 reference (the contract torch's
+    softmax is held to; the launch's sum order is its own)."""
+    from harness.moe import reference, tolerance
+
+    ids, w = topk.topk_route(logits.to(device), None, k, renormalize, scale)
+    w_ref, ids_ref = reference.reference_route(logits, k, scoring="softmax", renormalize=renormalize,
+                                               routed_scaling_factor=scale)
+    assert torch.equal(ids.cpu(), ids_ref) and torch.equal(ids_ref, _want(logits, k))
+    err = (w.cpu().double() - w_ref).abs()
+    tol = tolerance.routing_weight_tolerance(w_ref, logits.shape[1])
+    assert bool((err <= tol).all()), (float((err / tol).max()), logits.tolist())
+
+
+def _grid_logits(T, E, g, style):
+    """The routing properties' logit styles (harness.strategies): multiples of 1/4
+    in [-8, 8], ties, +-1e4 entries; x - max is then exact, as the bound assumes."""
+    grid = torch.randint(-32, 33, (T, E), generator=g).float() / 4
+    if style == "ties":
+        return torch.randint(0, 2, (T, E), generator=g).float()
+    if style == "extreme":
+        sign = torch.where(torch.rand(T, E, generator=g) < 0.5, 1.0, -1.0)
+        return torch.where(torch.rand(T, E, generator=g) < 0.3, sign * 1e4, grid)
+    return grid
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), E=st.sampled_from([1, 2, 3, 8, 60, 128, 256]), T=st.integers(1, 20))
+def test_softmax_route_is_within_the_bound(data, E, T):
+    """Logits shifted by +-95 too (exp(x) without the max subtracted overflows
+    or underflows) and E not a power of two (padding lanes kept out of the sum)."""
+    k = data.draw(st.integers(1, min(E, 9)))
+    g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31)))
+    logits = _grid_logits(T, E, g, data.draw(st.sampled_from(["grid", "ties", "extreme"])))
+    logits = logits + data.draw(st.sampled_from([0.0, 95.0, -95.0]))
+    _check_softmax_route(logits, k, data.draw(st.booleans()), data.draw(st.sampled_from(SCALES)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T,E,k", [(1, 128, 8), (16, 128, 8), (1024, 128, 4), (7, 60, 8), (3, 1024, 16),
+                                   (5, 8, 8), (33, 8, 2)])
+def test_softmax_route_edges(T, E, k, device):
+    g = torch.Generator().manual_seed(T * 13 + E)
+    for style, shift in (("grid", 95.0), ("ties", 0.0), ("extreme", 0.0), ("grid", -95.0)):
+        logits = _grid_logits(T, E, g, style) + shift
+        for renormalize in (True, False):
+            _check_softmax_route(logits, k, renormalize, 2.827 if renormalize else 1.0, device)
+
+
 def test_topk_refuses_what_it_cannot_hold():
     with pytest.raises(ValueError, match="outside the kernel"):
         topk.topk_ids(torch.zeros(2, topk.MAX_EXPERTS + 1), 2)
@@ -123,19 +173,31 @@ def test_topk_refuses_what_it_cannot_hold():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_routing_selects_what_the_sort_selects(monkeypatch):
     """route_arch on CUDA with the kernel against route_arch on CUDA with
-    the sort, for every row kind: the same ids and weight bits."""
-    from harness.moe import routing
+    the sort, for every row kind: the same ids; the same weight bits where
+    torch computes the scores, and where the launch computes the softmax
+    (ungrouped, no correction bias) weights within the routing bound of the
+    float64 reference -- a grouped softmax keeps torch's scores of all experts."""
+    from harness.moe import reference, routing, tolerance
     from harness.moe.arch import MoEArch
 
     g = torch.Generator().manual_seed(5)
     logits = (torch.randint(-4, 4, (64, 128), generator=g).float() / 4).cuda()  # many ties
     bias = torch.randn(128, generator=g).cuda()
-    archs = ((MoEArch(top_k=8, scoring="softmax", renormalize=True), None),
+    archs = ((MoEArch(top_k=8, scoring="softmax", renormalize=True), None, True),
+             (MoEArch(top_k=4, scoring="softmax", routed_scaling_factor=2.5), None, True),
+             (MoEArch(top_k=8, scoring="softmax", renormalize=True, n_group=8, topk_group=4), None, False),
              (MoEArch(top_k=8, scoring="sigmoid", renormalize=True, n_group=8, topk_group=4,
-                      routed_scaling_factor=2.5, score_correction=True), bias),
-             (MoEArch(top_k=4, scoring="softmax_topk"), None))
-    got = [routing.route_arch(logits, arch, b) for arch, b in archs]
+                      routed_scaling_factor=2.5, score_correction=True), bias, False),
+             (MoEArch(top_k=4, scoring="softmax_topk"), None, False))
+    got = [routing.route_arch(logits, arch, b) for arch, b, _ in archs]
     monkeypatch.setattr(topk, "applies", lambda E, k: False)
-    for (arch, b), (w, i) in zip(archs, got):
+    for (arch, b, own_softmax), (w, i) in zip(archs, got):
         w_sort, i_sort = routing.route_arch(logits, arch, b)
-        assert torch.equal(i, i_sort) and torch.equal(w.view(torch.int32), w_sort.view(torch.int32)), arch
+        assert torch.equal(i, i_sort), arch
+        if own_softmax:
+            w_ref, _ = reference.reference_route(logits.cpu(), arch.top_k, scoring="softmax",
+                                                 renormalize=arch.renormalize,
+                                                 routed_scaling_factor=arch.routed_scaling_factor)
+            assert bool(((w.cpu().double() - w_ref).abs() <= tolerance.routing_weight_tolerance(w_ref, 128)).all())
+        else:
+            assert torch.equal(w.view(torch.int32), w_sort.view(torch.int32)), arch
