@@ -8,7 +8,9 @@ pairs one Triton program computes the same two tensors (bit for bit; a test
 holds them equal on every input it draws):
 
 - rank of a pair among the pairs of its expert = number of earlier pairs
-  with the same expert (a [P, P] comparison: what makes the sort stable);
+  with the same expert (what makes the sort stable): a [P, P / 4]
+  comparison of the pair's expert with words of four experts, a byte each
+  (SWAR: the XOR's zero bytes, their top bits added by one multiply);
 - per-expert counts from a histogram of the experts, padded to block_m,
   and each expert's start (the padded counts of all lower experts) from
   their running sum, gathered per pair: dest = start of the pair's expert
@@ -24,9 +26,9 @@ import triton
 from harness.kernels.launch import run_kernel
 from harness.kernels.loader import kernels
 
-MAX_PAIRS = 128  # [P, P] int32 comparison in one program: 16K elements
-MAX_EXPERTS = 256
-NUM_WARPS = 8  # 4-16 measured on an H200: 8 is best or within 5% from 8 to 128 pairs (docs/benchmarks.md)
+MAX_PAIRS = 128  # [P, P / 4] int32 comparison in one program: 4K elements
+MAX_EXPERTS = 256  # an expert is a byte of the rank's words
+NUM_WARPS = 4  # 4-16 measured on an H200: 4 is best or within 0.1 us from 8 to 128 pairs (docs/benchmarks.md)
 FILL_CHUNK = 64  # rows / blocks written per loop step
 
 

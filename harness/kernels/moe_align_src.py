@@ -22,8 +22,18 @@ def _align_kernel(ids_ptr, rows_ptr, block_expert_ptr, P, E, NB, NROWS, BLOCK_M,
     offs = tl.arange(0, P_PAD)
     pm = offs < P
     e = tl.load(ids_ptr + offs, mask=pm, other=-1).to(tl.int32)  # -1: a padding lane, no expert
-    earlier = (e[:, None] == e[None, :]) & (offs[None, :] < offs[:, None])
-    rank = _sum(earlier.to(tl.int32), 1)
+    # rank: how many earlier pairs have the same expert, compared four experts a word: each expert
+    # (< 256) a byte, a word XOR the pair's expert in every byte is zero where they are equal. The padding
+    # lanes come after every pair, so the earlier-lanes mask never counts them.
+    W: tl.constexpr = P_PAD // 4
+    e8 = tl.where(pm, e, 0)
+    words = _sum(tl.reshape(e8, [W, 4]) << (tl.arange(0, 4) * 8)[None, :], 1)  # [W]
+    x = words[None, :] ^ (e8 * 0x01010101)[:, None]  # [P_PAD, W]
+    nonzero = ((x & 0x7F7F7F7F) + 0x7F7F7F7F) | x  # a byte's top bit: the byte is not zero (no carries between bytes)
+    equal = (~nonzero >> 7) & 0x01010101  # one bit a byte: that lane's expert is the pair's
+    n_earlier = tl.minimum(tl.maximum(offs[:, None] - tl.arange(0, W)[None, :] * 4, 0), 4)  # lanes of the word < pair
+    earlier = tl.where(n_earlier == 4, -1, (1 << (n_earlier * 8)) - 1)
+    rank = _sum(((equal & earlier) * 0x01010101 >> 24) & 0xFF, 1)  # the bytes' bits added into the top byte
     # pairs per expert, padded, and where each expert starts: a histogram, its running sum and one gather (the
     # padding lanes counted in expert 0's bin, then taken off it)
     ex = tl.arange(0, E_PAD)

@@ -38,6 +38,17 @@ def test_align_edges(P, E, bm, device):
     _check(torch.full((P,), E - 1), E, bm, device)  # every pair on the last expert
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_align_experts_that_share_byte_bits(device):
+    """The rank compares experts as bytes of words: experts equal but for the
+    top bit (3 / 131), 0 / 255 / 127 / 128, long runs across word edges."""
+    g = torch.Generator().manual_seed(9)
+    pool = torch.tensor([3, 131, 0, 255, 127, 128])
+    for P in (5, 64, 127, 128):
+        _check(pool[torch.randint(0, len(pool), (P,), generator=g)], 256, 16, device)
+    _check(torch.tensor([131] * 7 + [3] * 9 + [131] * 50), 256, 16, device)
+
+
 def test_pair_layout_takes_the_torch_ops_past_the_kernel_limit():
     ids = torch.randint(0, 4, (moe_align.MAX_PAIRS + 1,), generator=torch.Generator().manual_seed(1))
     rows, be, bm = pair_layout.pair_layout(ids, 4)
