@@ -38,7 +38,7 @@ from harness.kernels.loader import kernels
 MAX_EXPERTS = 1024
 IDX_BITS = 10  # 2^IDX_BITS >= MAX_EXPERTS
 # One warp a program, holding one row (two when E_PAD is 16): on an H200 one row
-# a warp ran the k rounds 1.3-1.8x faster than 16 rows on 4 warps at 16-64
+# a warp ran the k rounds 1.1-1.8x faster than 16 rows on 4 warps at 16-4096
 # tokens (docs/benchmarks.md); the rounds are chains of warp reductions.
 WARP = 32
 NUM_WARPS = 1
