@@ -20,7 +20,7 @@ import torch
 from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
 from harness.kernels import fused_act, fused_gemm
-from harness.kernels.launch_config import MIN_EVEN_BLOCK_K, SHORT_K_MAX, select_launch, word_order
+from harness.kernels.launch_config import SHORT_K_MAX, select_launch, word_order
 from harness.kernels.pair_layout import BLOCK_MS
 from harness.aot.emulation_launches import ptr
 from harness.aot.registry import Variant, bind, register
@@ -69,8 +69,8 @@ def weight_formats():
 
 def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
     """The launches on element codes of one format: mode "fused" (with a
-    short K loop where the tables have a row for it, and the BLOCK_K a K with
-    a tail steps down to) and mode "predequant"'s dequant pass. `plain`:
+    short K loop where the tables have a row for it, and with a K tail: masks on
+    the last BLOCK_K only) and mode "predequant"'s dequant pass. `plain`:
     FusedWeights.plain_scales (MX weights), named ".plain" after the format."""
     bf16 = prec == "bf16"
     x_dt = torch.bfloat16 if bf16 else torch.float32
@@ -84,10 +84,9 @@ def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
     for epi, short in gemms("gemm", k=SHORT_K_MAX, **kw):
         if short.row != fused.row:  # a short K loop (K <= SHORT_K_MAX) takes a row of its own
             yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", codes, short.meta())
-    for epi, stepped in gemms("gemm", k=MIN_EVEN_BLOCK_K * 45, **kw):
-        if stepped.BLOCK_K != fused.BLOCK_K:  # a K with a tail of the row's BLOCK_K steps down
-            yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.evenk{stepped.BLOCK_K}{epi}", codes,
-                           stepped.meta())
+    if not ov.get("EVEN_NK"):  # a K with a tail of BLOCK_K: masks on the last BLOCK_K only
+        for epi, ktail in gemms("gemm", k=0, **dict(kw, override=dict(ov, K_TAIL=True))):
+            yield _variant(k, f"fused.{name}.{prec}.bm{bm}.ktail{epi}", codes, ktail.meta())
     if bm == BLOCK_MS[0]:
         meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov, plain_scales=plain).meta()
         types = dict(codes, x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt), block_expert_ptr=ptr(x_dt), gs_ptr=ptr(x_dt),

@@ -145,6 +145,7 @@ def _moe_gemm_kernel(
     MULT_BCAST: tl.constexpr = True,  # load one multiplier per block and broadcast (else gather per element)
     PACK_JOIN: tl.constexpr = True,  # load fp4 words once and split (else one word per element)
     EVEN_NK: tl.constexpr = False,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: weight loads need no masks
+    K_TAIL: tl.constexpr = False,  # N % BLOCK_N == 0, K % BLOCK_K != 0: masks on the last BLOCK_K only
     BYTE_DECODE: tl.constexpr = False,  # e2m1 under FAST_DECODE and PACK_JOIN: values from the pair bits
     BF16_DECODE: tl.constexpr = False,  # e2m1 decoded and scaled in bf16 (precision "bf16" GEMMs only)
     # BF16_DECODE's two multiplies in float32, the bf16 operand their top halves (_bf16_top): exact, as each
@@ -206,108 +207,119 @@ def _moe_gemm_kernel(
         acc = tl.full((BLOCK_N, BLOCK_M), 0.0, tl.float32)
     else:
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
-    for kb in range(kb_beg, kb_end):
-        k0 = kb * BLOCK_K
-        offs_k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
-        kmask = offs_k < K
-        if EVEN_NK:  # a constant-true mask folds away
-            wmask = tl.full((BLOCK_N, BLOCK_K), 1, tl.int1)
+    # K_TAIL: the full BLOCK_Ks load without masks (part 0), the partial last one with K masks (part 1: one
+    # iteration, in the split that holds it, not pipelined); else one part, masked unless EVEN_NK. The mask
+    # test is spelt out at each use: a name assigned in the loop would hold a tensor, not a constexpr
+    kb_full = K // BLOCK_K
+    for part in tl.static_range(2 if K_TAIL else 1):
+        if part == 0:
+            kb_lo = kb_beg
+            kb_hi = tl.minimum(kb_end, kb_full) if K_TAIL else kb_end
         else:
-            wmask = nmask[:, None] & kmask[None, :]
-        if KIND == 0:
-            wv = tl.load(w_base + offs_k[None, :], mask=wmask, other=0.0)
-            if not BF16:
-                wv = wv.to(tl.float32)
-        else:
-            if PACKED:  # e2m1 codes eight to a little-endian int32 word (fp4_words.py), read as words
-                if PACK_JOIN:
-                    offs_kw = k0 // 8 + tl.arange(0, BLOCK_K // 8).to(tl.int64)
-                    if EVEN_NK:
-                        word = tl.load(w_words + offs_kw[None, :])
-                    else:
-                        word = tl.load(w_words + offs_kw[None, :],
-                                       mask=nmask[:, None] & (offs_kw < K // 8)[None, :], other=0)
-                    if MMA_ORDER:
-                        bits = _fp4_pair_bits_mma(word)
-                    else:
-                        bits = _fp4_pair_bits(word)
-                    if not BYTES_E2M1:
-                        code = tl.reshape(_pair_codes(bits), (BLOCK_N, BLOCK_K))
-                    elif FOLDED:  # the pair patterns alone (values x 2^(BIAS - 127)): one multiply below
-                        val = tl.reshape(_pair_patterns_bf16(bits), (BLOCK_N, BLOCK_K))
-                    elif BYTES_BF16 and not BF16_TRUNC:
-                        val = tl.reshape(_pair_values_bf16(bits, BIAS), (BLOCK_N, BLOCK_K))
-                    else:
-                        val = tl.reshape(_pair_values_f32(bits, BIAS), (BLOCK_N, BLOCK_K))
-                else:  # each element from its own word: its pair, then its half
-                    if MMA_ORDER:  # K pair 4i + t of group g: pair i of word 4g + t
-                        word_k = offs_k // 32 * 4 + (offs_k % 8) // 2
-                        pair = ((offs_k % 32) // 8).to(tl.int32)[None, :]
-                    else:
-                        word_k = offs_k // 8
-                        pair = ((offs_k % 8) // 2).to(tl.int32)[None, :]
-                    word = tl.load(w_words + word_k[None, :], mask=wmask, other=0)
-                    p0, p1, p2, p3 = _fp4_pairs(word)
-                    bits = tl.where(pair == 0, p0, tl.where(pair == 1, p1, tl.where(pair == 2, p2, p3)))
-                    half = bits >> ((offs_k % 2) * 16).to(tl.uint32)[None, :]
-                    code = (((half >> 12) & 8) | ((half >> 6) & 7)).to(tl.int32, bitcast=True)
+            kb_lo = tl.maximum(kb_beg, kb_full)
+            kb_hi = kb_end
+        for kb in tl.range(kb_lo, kb_hi, num_stages=1 if part == 1 else None):
+            k0 = kb * BLOCK_K
+            offs_k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
+            kmask = offs_k < K
+            if EVEN_NK or (K_TAIL and part == 0):  # a constant-true mask folds away
+                wmask = tl.full((BLOCK_N, BLOCK_K), 1, tl.int1)
             else:
-                code = tl.load(w_base + offs_k[None, :], mask=wmask, other=0).to(tl.int32)
-            if not (PACKED and PACK_JOIN and BYTES_E2M1):
-                # the element decoder of the emulation kernels (Inf/NaN codes, -0.0)
-                val = _decode(code, MBITS, WIDTH, BIAS, SIGN_BIT, SPECIALS, NAN_CODE, INF_CODE, MIN_NORMAL,
-                              FAST_DECODE)
-            if MULT_BCAST:  # one multiplier per QBLOCK elements, broadcast over its block
-                offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
-                if EVEN_NK:
-                    sc = tl.load(m_base + offs_b[None, :]).to(tl.int32)
+                wmask = nmask[:, None] & kmask[None, :]
+            if KIND == 0:
+                wv = tl.load(w_base + offs_k[None, :], mask=wmask, other=0.0)
+                if not BF16:
+                    wv = wv.to(tl.float32)
+            else:
+                if PACKED:  # e2m1 codes eight to a little-endian int32 word (fp4_words.py), read as words
+                    if PACK_JOIN:
+                        offs_kw = k0 // 8 + tl.arange(0, BLOCK_K // 8).to(tl.int64)
+                        if EVEN_NK or (K_TAIL and part == 0):
+                            word = tl.load(w_words + offs_kw[None, :])
+                        else:
+                            word = tl.load(w_words + offs_kw[None, :],
+                                           mask=nmask[:, None] & (offs_kw < K // 8)[None, :], other=0)
+                        if MMA_ORDER:
+                            bits = _fp4_pair_bits_mma(word)
+                        else:
+                            bits = _fp4_pair_bits(word)
+                        if not BYTES_E2M1:
+                            code = tl.reshape(_pair_codes(bits), (BLOCK_N, BLOCK_K))
+                        elif FOLDED:  # the pair patterns alone (values x 2^(BIAS - 127)): one multiply below
+                            val = tl.reshape(_pair_patterns_bf16(bits), (BLOCK_N, BLOCK_K))
+                        elif BYTES_BF16 and not BF16_TRUNC:
+                            val = tl.reshape(_pair_values_bf16(bits, BIAS), (BLOCK_N, BLOCK_K))
+                        else:
+                            val = tl.reshape(_pair_values_f32(bits, BIAS), (BLOCK_N, BLOCK_K))
+                    else:  # each element from its own word: its pair, then its half
+                        if MMA_ORDER:  # K pair 4i + t of group g: pair i of word 4g + t
+                            word_k = offs_k // 32 * 4 + (offs_k % 8) // 2
+                            pair = ((offs_k % 32) // 8).to(tl.int32)[None, :]
+                        else:
+                            word_k = offs_k // 8
+                            pair = ((offs_k % 8) // 2).to(tl.int32)[None, :]
+                        word = tl.load(w_words + word_k[None, :], mask=wmask, other=0)
+                        p0, p1, p2, p3 = _fp4_pairs(word)
+                        bits = tl.where(pair == 0, p0, tl.where(pair == 1, p1, tl.where(pair == 2, p2, p3)))
+                        half = bits >> ((offs_k % 2) * 16).to(tl.uint32)[None, :]
+                        code = (((half >> 12) & 8) | ((half >> 6) & 7)).to(tl.int32, bitcast=True)
                 else:
-                    sc = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
-                                 other=0).to(tl.int32)
-                if PLAIN_BF16:
-                    # 2^(b - 127) as the bf16 whose exponent field is b: three integer operations fewer
-                    # per multiplier than bytes 0 and 255 take (1.02-1.15x the decode GEMM on an H200)
-                    if FOLDED:  # times the patterns' 2^(127 - BIAS): exponent field b + 127 - BIAS (<= 254, b <= 128)
-                        sc = sc + (127 - BIAS)
-                    m = (sc << 7).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+                    code = tl.load(w_base + offs_k[None, :], mask=wmask, other=0).to(tl.int32)
+                if not (PACKED and PACK_JOIN and BYTES_E2M1):
+                    # the element decoder of the emulation kernels (Inf/NaN codes, -0.0)
+                    val = _decode(code, MBITS, WIDTH, BIAS, SIGN_BIT, SPECIALS, NAN_CODE, INF_CODE, MIN_NORMAL,
+                                  FAST_DECODE)
+                if MULT_BCAST:  # one multiplier per QBLOCK elements, broadcast over its block
+                    offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
+                    if EVEN_NK or (K_TAIL and part == 0):
+                        sc = tl.load(m_base + offs_b[None, :]).to(tl.int32)
+                    else:
+                        sc = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
+                                     other=0).to(tl.int32)
+                    if PLAIN_BF16:
+                        # 2^(b - 127) as the bf16 whose exponent field is b: three integer operations fewer
+                        # per multiplier than bytes 0 and 255 take (1.02-1.15x the decode GEMM on an H200)
+                        if FOLDED:  # times the patterns' 2^(127 - BIAS): exponent field b + 127 - BIAS (<= 254, b <= 128)
+                            sc = sc + (127 - BIAS)
+                        m = (sc << 7).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+                    else:
+                        m = _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
+                                        S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL, PLAIN_SCALES)
+                        if BYTES_BF16 and not BF16_TRUNC:  # exact: e2m1 x (2^k or an E4M3 value) fits bf16's 8 bits
+                            m = m.to(tl.bfloat16)
+                    if FOLDED:  # bf16 pairs times {m, m}: a packed multiply (x * m + -0 is x * m, one rounding)
+                        wv = tl.inline_asm_elementwise(
+                            "{ .reg .b32 z; mov.b32 z, 0x80008000; fma.rn.bf16x2 $0, $1, $2, z; }", "=r,r,r",
+                            [tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)),
+                             tl.broadcast_to(m[:, :, None], (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK))],
+                            dtype=tl.bfloat16, is_pure=True, pack=2)
+                        wv = tl.reshape(wv, (BLOCK_N, BLOCK_K))
+                    else:
+                        wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
+                                        (BLOCK_N, BLOCK_K))
+                    if BYTES_BF16 and BF16_TRUNC:  # the same products, computed in float32
+                        wv = _bf16_top(wv)
                 else:
-                    m = _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
-                                    S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL, PLAIN_SCALES)
-                    if BYTES_BF16 and not BF16_TRUNC:  # exact: e2m1 x (2^k or an E4M3 value) fits bf16's 8 bits
-                        m = m.to(tl.bfloat16)
-                if FOLDED:  # bf16 pairs times {m, m}: a packed multiply (x * m + -0 is x * m, one rounding)
-                    wv = tl.inline_asm_elementwise(
-                        "{ .reg .b32 z; mov.b32 z, 0x80008000; fma.rn.bf16x2 $0, $1, $2, z; }", "=r,r,r",
-                        [tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)),
-                         tl.broadcast_to(m[:, :, None], (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK))],
-                        dtype=tl.bfloat16, is_pure=True, pack=2)
-                    wv = tl.reshape(wv, (BLOCK_N, BLOCK_K))
+                    sc = tl.load(m_base + (offs_k // QBLOCK)[None, :], mask=wmask, other=0).to(tl.int32)
+                    wv = val * _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
+                                           S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL, PLAIN_SCALES)
+            if DEQUANT_ONLY:
+                # dequant-only launch: stride_xm / stride_om are the output's expert / row strides
+                tl.store(out_ptr + e * stride_xm + offs_n[:, None] * stride_om + offs_k[None, :], wv, mask=wmask)
+            else:
+                if EVEN_NK or (K_TAIL and part == 0):
+                    amask = rmask[:, None]
                 else:
-                    wv = tl.reshape(tl.reshape(val, (BLOCK_N, BLOCK_K // QBLOCK, QBLOCK)) * m[:, :, None],
-                                    (BLOCK_N, BLOCK_K))
-                if BYTES_BF16 and BF16_TRUNC:  # the same products, computed in float32
-                    wv = _bf16_top(wv)
-            else:
-                sc = tl.load(m_base + (offs_k // QBLOCK)[None, :], mask=wmask, other=0).to(tl.int32)
-                wv = val * _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
-                                       S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL, PLAIN_SCALES)
-        if DEQUANT_ONLY:
-            # dequant-only launch: stride_xm / stride_om are the output's expert / row strides
-            tl.store(out_ptr + e * stride_xm + offs_n[:, None] * stride_om + offs_k[None, :], wv, mask=wmask)
-        else:
-            if EVEN_NK:
-                amask = rmask[:, None]
-            else:
-                amask = rmask[:, None] & kmask[None, :]
-            a = tl.load(x_ptr + x_rows[:, None] * stride_xm + offs_k[None, :], mask=amask, other=0.0)
-            if SWAP_MN and BF16:
-                acc = tl.dot(wv.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
-            elif SWAP_MN:
-                acc = tl.dot(wv, tl.trans(a), acc, input_precision="ieee")
-            elif BF16:
-                acc = tl.dot(a.to(tl.bfloat16), tl.trans(wv.to(tl.bfloat16)), acc)
-            else:
-                acc = tl.dot(a, tl.trans(wv), acc, input_precision="ieee")
+                    amask = rmask[:, None] & kmask[None, :]
+                a = tl.load(x_ptr + x_rows[:, None] * stride_xm + offs_k[None, :], mask=amask, other=0.0)
+                if SWAP_MN and BF16:
+                    acc = tl.dot(wv.to(tl.bfloat16), tl.trans(a.to(tl.bfloat16)), acc)
+                elif SWAP_MN:
+                    acc = tl.dot(wv, tl.trans(a), acc, input_precision="ieee")
+                elif BF16:
+                    acc = tl.dot(a.to(tl.bfloat16), tl.trans(wv.to(tl.bfloat16)), acc)
+                else:
+                    acc = tl.dot(a, tl.trans(wv), acc, input_precision="ieee")
     if not DEQUANT_ONLY:
         if SWAP_MN:
             acc = tl.trans(acc)

@@ -11,13 +11,13 @@ the check compiles exactly the launches the host code makes.
 
 The choice reads, in order: the vendor's tables for the launch's tl.dot
 operands (VENDOR_TABLES), the rows the launch can take (`row_names`: BLOCK_M
-class, K loop length, mode "predequant"), the override, a BLOCK_K without a
-K tail for code-decoding GEMMs (`even_block_k`), then the rules no row
+class, K loop length, mode "predequant"), the override, whether the K loop
+has a tail (`k_tail`: masks on its last BLOCK_K only), then the rules no row
 may break (no decode flags on float weights, BF16_DECODE only where the
 multipliers are exact in bf16, never on the interpreter).
 
 Two override hooks: `override=` changes one launch (a mapping of LaunchRow
-fields, EVEN_NK, SPLIT_K; moe_gemm's `config=`), and `set_row` replaces one row
+fields, EVEN_NK, K_TAIL, SPLIT_K; moe_gemm's `config=`), and `set_row` replaces one row
 of a table for every later launch of the process (tools/tune.py measures
 candidate rows that way, mode "predequant"'s two launches included).
 
@@ -155,11 +155,10 @@ VENDORS = tuple(VENDOR_TABLES)
 LAUNCHES = ("gemm", "scratch_gemm", "dequant")
 LARGE_BLOCK_M = 64  # BLOCK_M from which a GEMM takes the "large" rows
 SHORT_K_MAX = 1024
-MIN_EVEN_BLOCK_K = 64  # the smallest BLOCK_K a row steps down to so that K has no tail (even_block_k)
 MAXNREG_MIN = 24  # the smallest register cap a row may set (LaunchRow.maxnreg)
 DEQUANT_BLOCK_M = 16  # the dequant pass's BLOCK_M constexpr (it has no rows of x)
 # The fields an override may set.
-OVERRIDABLE = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "SPLIT_K")
+OVERRIDABLE = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "SPLIT_K")
 
 MODES = ("auto", "fused", "predequant")
 # mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows.
@@ -174,7 +173,7 @@ PREDEQUANT_MIN_ROWS_PER_EXPERT = 512
 _NO_ELEMENT = element_constants(hf.E4M3)
 _ELEMENT_KEYS = ("MBITS", "WIDTH", "BIAS", "SIGN_BIT", "SPECIALS", "NAN_CODE", "INF_CODE", "MIN_NORMAL")
 # LaunchConfig fields that are kernel constexprs or compile options, in launch order.
-_LAUNCH_KEYS = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "PLAIN_SCALES")
+_LAUNCH_KEYS = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "PLAIN_SCALES")
 
 
 @dataclass(frozen=True)
@@ -212,6 +211,7 @@ class LaunchConfig:
     FOLD_BIAS: Optional[bool]  # plain e2m1 scales in bf16 on CUDA: one packed multiply a pair (fused_gemm_src.py)
     MMA_ORDER: bool  # e2m1 words in fp4_words' "mma" order (the weights' word_order)
     EVEN_NK: bool
+    K_TAIL: bool  # N without a tail, K with one: masks on the last BLOCK_K only (else all masked, or EVEN_NK none)
     # E8M0 multipliers without the cases of bytes 0 and 255 (FusedWeights.plain_scales); None: not passed
     PLAIN_SCALES: Optional[bool]
     SPLIT_K: int
@@ -332,17 +332,17 @@ def table_row(vendor: str, ops: str, names: tuple) -> tuple:
     raise ValueError(f"no launch table of {vendor} ({ops} operands) has a row {' or '.join(names)}")
 
 
-def even_block_k(block_k: int, k: int) -> int:
-    """A code-decoding GEMM whose K leaves a tail of the row's BLOCK_K steps
-    down to the largest power-of-two BLOCK_K, not below MIN_EVEN_BLOCK_K,
-    that divides K (else keeps the row's): the K loop then needs no masks.
-    Measured on gpt-oss-120b (K = 2880 = 45 x 64; H200, docs/benchmarks.md):
-    BLOCK_K 64 instead of the "small" row's 256 ran its forward 1.14x (T=1)
-    and 1.25x (T=16) faster, nvfp4 1.25x and 1.35x."""
-    bk = block_k
-    while bk > MIN_EVEN_BLOCK_K and k % bk:
-        bk //= 2
-    return bk if k % bk == 0 else block_k
+def k_tail(n: int, k: int, block_n: int, block_k: int) -> bool:
+    """Whether a GEMM launch takes K_TAIL (the dequant pass, not timed with
+    it, masks every BLOCK_K): N without a tail of BLOCK_N, K with one of
+    BLOCK_K. Its full BLOCK_Ks then load without masks and only the last,
+    partial one with them (fused_gemm_src.py), so a K like gpt-oss-120b's
+    (2880 = 11 x 256 + 64) keeps the row's BLOCK_K. Measured on an H200
+    (docs/benchmarks.md): against BLOCK_K 64, the largest power of two
+    dividing 2880 and the tile taken before, the "small" row's 256 with
+    the tail ran its decode GEMMs 0.77-1.12x as long (w_mxfp4, nvfp4; T=1,
+    16); every BLOCK_K masked had run the forward 1.14-1.35x longer."""
+    return n > 0 and n % block_n == 0 and k % block_k != 0
 
 
 def set_row(table: str, row: str, value: LaunchRow) -> LaunchRow:
@@ -430,11 +430,14 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     # the interpreter's tests of the same code)
     if dequant or not mma_order or not (bf16 or override.get("SWAP_MN")):
         cfg["SWAP_MN"] = None
-    if not interpret and kind == 1 and not dequant and k > 0 and "BLOCK_K" not in override:
-        cfg["BLOCK_K"] = even_block_k(cfg["BLOCK_K"], k)
     even_nk = override.get("EVEN_NK")
     if even_nk is None:
         even_nk = n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0
+    tail = override.get("K_TAIL")
+    if tail is None:  # an override's EVEN_NK=False asks for masks on every BLOCK_K
+        tail = "EVEN_NK" not in override and not dequant and k_tail(n, k, cfg["BLOCK_N"], cfg["BLOCK_K"])
+    if tail and even_nk:
+        raise ValueError("launch config K_TAIL and EVEN_NK exclude each other")
     k_blocks = triton_cdiv(k, cfg["BLOCK_K"])
     splits = override.get("SPLIT_K")
     if splits is None:
@@ -453,6 +456,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                         HAS_BIAS=in_bias, ROW_SCALE=row_scale and one_split and (in_bias or not bias),
                         RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
                         DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, MMA_ORDER=mma_order, EVEN_NK=even_nk,
+                        K_TAIL=bool(tail),
                         PLAIN_SCALES=True if plain else None, SPLIT_K=splits,
                         SPLIT_BLOCKS=split_blocks)
 

@@ -190,25 +190,29 @@ def test_short_k_loops_take_the_short_k_tile():
     assert tile("rocm", bf16=False) == (rocm.BLOCK_N, rocm.BLOCK_K)
 
 
-def test_a_k_tail_steps_down_to_an_even_block_k():
-    """A code-decoding GEMM whose K leaves a tail of its row's BLOCK_K takes
-    the largest power-of-two BLOCK_K >= MIN_EVEN_BLOCK_K dividing K (gpt-oss:
-    K 2880 -> 64, no masks); a K without one, an override, float weights and
-    the interpreter keep their tiles."""
-    def bk(vendor="cuda", **kw):
+def test_a_k_tail_masks_only_its_last_block_k():
+    """A GEMM whose K leaves a tail of its row's BLOCK_K keeps that BLOCK_K
+    and takes K_TAIL (gpt-oss: K 2880 = 11 x 256 + 64): masks on the last
+    BLOCK_K only. A K without a tail takes EVEN_NK; an N with a tail of
+    BLOCK_N masks every BLOCK_K, as does an override's EVEN_NK=False; an
+    override may ask for K_TAIL, never with EVEN_NK."""
+    def tile(vendor="cuda", **kw):
         args = dict(kind=1, fmt="mxfp4", bf16=True, block_m=16, n=5760, k=2880)
         args.update(kw)
         c = lc.select_launch("gemm", vendor, **args)
-        return c.BLOCK_K, c.EVEN_NK
+        return c.BLOCK_K, c.EVEN_NK, c.K_TAIL
     small = lc.GPU_CONFIGS["small"].BLOCK_K
-    assert bk() == (64, True)
-    assert bk(k=2944) == (128, True)  # 2944 = 23 x 128
-    assert bk(k=4096) == (small, True)
-    assert bk(k=1040) == (small, False)  # 1040 = 16 x 65: no divisor >= 64
-    assert bk(override={"BLOCK_K": 256}) == (256, False)
-    assert bk(kind=0, fmt=None, w_bytes=2)[0] == lc.GPU_CONFIGS["small"].BLOCK_K
-    assert bk("interpreter", bf16=False)[0] == lc.INTERP_CONFIGS["small"].BLOCK_K
-    assert bk(block_m=128)[0] == lc.GPU_CONFIGS["large"].BLOCK_K
+    assert tile() == (small, False, True)
+    assert tile(k=4096) == (small, True, False)
+    assert tile(n=5760 + 8) == (small, False, False)  # N's tail: masks on every BLOCK_K
+    assert tile(override={"EVEN_NK": False}) == (small, False, False)
+    assert tile(override={"EVEN_NK": False, "K_TAIL": True}) == (small, False, True)
+    assert tile(override={"BLOCK_K": 128}) == (128, False, True)
+    assert tile(block_m=128) == (lc.GPU_CONFIGS["large"].BLOCK_K, True, False)  # 2880 = 45 x 64
+    assert tile(kind=0, fmt=None, w_bytes=2)[2]  # float weights too
+    assert tile("interpreter", bf16=False, n=48, k=48) == (lc.INTERP_CONFIGS["small"].BLOCK_K, False, True)
+    with pytest.raises(ValueError, match="K_TAIL and EVEN_NK"):
+        tile(override={"EVEN_NK": True, "K_TAIL": True})
 
 
 @pytest.mark.gpu

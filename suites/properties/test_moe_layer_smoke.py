@@ -195,6 +195,16 @@ def test_fused_gemm_tiles_that_do_not_divide(scheme):
     assert torch.equal(got.view(torch.int32), masked.view(torch.int32))
     got = fused_gemm.moe_gemm(x, ids, fw, config=dict(BLOCK_N=32, BLOCK_K=64, **tuned))
     assert torch.equal(got.view(torch.int32), ragged.view(torch.int32))
+    # N whole, K with a tail (K_TAIL: the last BLOCK_K alone masked), in one split and in two (the second
+    # split holds only the tail): the bits of the same tile with masks on every BLOCK_K
+    for split in (1, 2):
+        for extra in ({}, tuned):
+            tile = dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=split, **extra)
+            assert lc.select_launch("gemm", "interpreter", kind=fw.kind, fmt=fw.fmt, n=N, k=K_, override=tile).K_TAIL
+            tail = fused_gemm.moe_gemm(x, ids, fw, config=tile)
+            masked = fused_gemm.moe_gemm(x, ids, fw, config=dict(tile, EVEN_NK=False))
+            assert ((tail - yu).abs().double() <= bound).all()
+            assert torch.equal(tail.view(torch.int32), masked.view(torch.int32))
 
 
 @pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8"])
