@@ -833,6 +833,13 @@ FAULTS += [
 ]
 
 FAULTS += [
+    ("routing weights' bound: the softmax's rounded exp arguments left out", "harness/moe/reference.py",
+     "    return d + d.max(dim=-1, keepdim=True).values + (E - 1) / math.e",
+     "    return 0 * d",
+     [P + "test_kernels_topk.py::test_a_rounded_exp_argument_is_in_the_bound"]),
+]
+
+FAULTS += [
     ("launch: a K tail of BLOCK_K masked on every BLOCK_K", "harness/kernels/launch_config.py",
      "    return n > 0 and n % block_n == 0 and k % block_k != 0", "    return False",
      [FG + "test_a_k_tail_masks_only_its_last_block_k"]),

@@ -79,6 +79,7 @@ Scales (docs/moe-api.md, docs/numerics.md):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -173,6 +174,22 @@ def reference_weights(router_logits: torch.Tensor, ids: torch.Tensor, arch: MoEA
         if arch.renormalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
     return weights * float(arch.routed_scaling_factor)
+
+
+def exp_argument_spread(router_logits: torch.Tensor, ids: torch.Tensor, scoring: str) -> torch.Tensor:
+    """float64 [T,k]: the term of the routing weights' bound for a softmax's
+    rounded exp arguments (harness.moe.tolerance, term 6): d_j + max d + (E -
+    1) / e per chosen expert j, d = m - x_j with m the largest logit the
+    softmax runs over (the row's, or the k chosen for "softmax_topk"); 0 for
+    sigmoid, whose argument is exact."""
+    logits = router_logits.detach().cpu().to(F64)
+    T, E = logits.shape
+    if scoring == "sigmoid":
+        return torch.zeros(ids.shape, dtype=F64)
+    chosen = torch.gather(logits, 1, ids.cpu())
+    m = chosen if scoring == "softmax_topk" else logits
+    d = m.max(dim=-1, keepdim=True).values - chosen
+    return d + d.max(dim=-1, keepdim=True).values + (E - 1) / math.e
 
 
 def reference_route(router_logits: torch.Tensor, top_k: int, *, scoring: str = "softmax", renormalize: bool = False,
@@ -293,6 +310,7 @@ class ReferenceTrace:
     keys: Optional[torch.Tensor] = None  # float64 [T,E] selection keys (exact)
     eligible: Optional[torch.Tensor] = None  # bool [T,E] experts of the kept groups
     config: Optional[object] = None  # the quant config of this pass (scheme, activation scales)
+    spread: Optional[torch.Tensor] = None  # float64 [T,k] exp_argument_spread of the weights (None: zeros)
 
 
 def _per_expert(x: torch.Tensor, e_of: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -418,7 +436,8 @@ def reference_moe_trace(
         out = out + s["out"]
     return ReferenceTrace(weights, ids, r["w13"], r["w2"], r["a1"], r["h"], r["g"], r["a2_in"], r["a2"], r["y"], out,
                           arch=arch, a1_in=a1_in, combine=combine, b13=r["b13"], b2=r["b2"], routed=r["out"],
-                          shared=shared, keys=keys, eligible=eligible, config=cfg)
+                          shared=shared, keys=keys, eligible=eligible, config=cfg,
+                          spread=exp_argument_spread(logits, ids, arch.scoring))
 
 
 def reference_moe(

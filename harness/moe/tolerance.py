@@ -41,7 +41,14 @@ witness tests in suites/properties/test_moe_tolerance_witnesses.py drop each):
    bias: + u (|y| + dy) ["bias_rounding"].
 6. Routing weights (float32 softmax/sigmoid/softmax over the k selected +
    renormalize, times the routed scaling factor): relative error
-   <= (2E + 2k + 18) u ["routing_weights"]; with the weight on the input the
+   <= (2E + 2k + 18 + s_j) u, plus 2^-140 absolute ["routing_weights"]. s_j
+   (reference.exp_argument_spread) is the softmax's rounded exp argument
+   fl(x - max): exp(fl(x_j - m)) is off by up to u |x_j - m| relative, the
+   sum of the chosen weights by up to the largest of those, and the row's
+   sum by (E - 1) / e u (d e^-d <= 1/e); s_j = d_j + max_chosen d + (E - 1)
+   / e with d = m - x, 0 for sigmoid. The absolute part covers weights
+   below float32's normal range (subnormal steps of 2^-149, a few
+   roundings, times a routed scaling up to 64); with the weight on the input the
    output sum has weight 1 (dw = 0). Weighted sum over k (float32):
    gamma_(k+1) ["sum"]. Shared MLP: its pass (steps 2-5, input hidden.float(),
    one expert, weight 1, its own config) adds its dy_s, and routed + shared
@@ -213,6 +220,7 @@ def qdq_interval(center: torch.Tensor, delta: torch.Tensor, scheme, cfg, which: 
 
 # The named terms of the bound (module docstring); output_tolerance(scale={name: f})
 # multiplies one by f (0 drops it) -- the witness tests show each one needed.
+WEIGHT_FLOOR = 2.0**-140  # routing weights below float32's normal range: absolute (term 6)
 TERMS = (
     "gemm1",  # float32 GEMM1 rounding (+ c_prec): gamma_H |a1| |W13|
     "bias_rounding",  # the float32 bias additions after each GEMM: u |h|, u |y|
@@ -221,19 +229,23 @@ TERMS = (
     "input_weight",  # the layer's float32 routing weight on the input: the QDQ #1 input interval
     "qdq2_flip",  # QDQ #2 outputs reachable from its input interval
     "gemm2",  # float32 GEMM2 rounding (+ c_prec): gamma_I |W2| |a2|
-    "routing_weights",  # float32 scores, renormalization, routed scaling: (2E + 2k + 18) u relative
+    "routing_weights",  # float32 scores, renormalization, routed scaling: (2E + 2k + 18 + s) u relative
     "sum",  # float32 top-k sum gamma_(k+1), and the routed + shared addition
     "output_cast",  # the cast to the output dtype
     "second_order",  # the factor 2 over the first-order bound
 )
 
 
-def routing_weight_tolerance(weights: torch.Tensor, n_experts: int) -> torch.Tensor:
+def routing_weight_tolerance(weights: torch.Tensor, n_experts: int, spread: torch.Tensor) -> torch.Tensor:
     """Elementwise bound on |float32 routing weight - float64 reference weight|
     (softmax/sigmoid + renormalize in float32: (2E + 2k + 16) u relative; the
-    routed scaling's float32 multiply: 2u more)."""
+    routed scaling's float32 multiply: 2u more; the softmax's rounded exp
+    arguments: spread u more, spread = ref.exp_argument_spread of the same
+    [T, k]; 2^-140 absolute below float32's normal range)."""
     k = weights.shape[-1]
-    return (2 * n_experts + 2 * k + 18) * U * weights.abs()
+    if tuple(spread.shape) != tuple(weights.shape):
+        raise ValueError(f"spread {tuple(spread.shape)} must have the weights' shape {tuple(weights.shape)}")
+    return (2 * n_experts + 2 * k + 18 + spread.double()) * U * weights.abs() + WEIGHT_FLOOR
 
 
 def _per_expert_abs_gemm(x_abs, rows_expert, w_abs):
@@ -347,12 +359,17 @@ def term_scales(scale: Optional[dict]) -> dict:
     return sc
 
 
+def _spread(trace: ref.ReferenceTrace) -> torch.Tensor:
+    """The trace's exp-argument spread (zeros where it has none: weights of exactly 1)."""
+    return trace.spread if trace.spread is not None else torch.zeros_like(trace.weights)
+
+
 def input_interval(trace: ref.ReferenceTrace, sc: dict):
     """(din [T, H] or None, combine weights |w| [T,k,1], their bound dw [T,k,1])."""
     T, k = trace.ids.shape
     E = trace.w13.shape[0]
     w = trace.weights.abs().reshape(T, k, 1)
-    dw = sc["routing_weights"] * routing_weight_tolerance(trace.weights, E).reshape(T, k, 1)
+    dw = sc["routing_weights"] * routing_weight_tolerance(trace.weights, E, _spread(trace)).reshape(T, k, 1)
     arch = trace.arch
     if arch is None or not arch.router_weight_on_input:
         return None, w, dw

@@ -22,7 +22,7 @@ def _weights_from(values: torch.Tensor, ids: torch.Tensor, arch) -> torch.Tensor
 def check_correction_bias_for_selection_only(problem, t=None):
     """The layer selects on scores + bias (its experts are the reference's) and
     weighs with the unbiased scores (its weights are the reference's within
-    (2E + 2k + 18) u, and NOT the biased scores' weights)."""
+    (2E + 2k + 18 + s) u (tolerance, term 6), and NOT the biased scores' weights)."""
     if t is None:
         t = problem.tensors()
     arch = problem.arch
@@ -44,7 +44,8 @@ def check_correction_bias_for_selection_only(problem, t=None):
         bad = torch.nonzero((ids != trace_ids).any(-1)).flatten()[:2].tolist()
         raise AssertionError(f"experts selected with e_score_correction_bias differ from the reference in tokens "
                              f"{bad}: layer {ids[bad].tolist()} vs reference {trace_ids[bad].tolist()}{why}")
-    dw = tolerance.routing_weight_tolerance(trace_w, problem.E) + 2.0**-140
+    dw = tolerance.routing_weight_tolerance(trace_w, problem.E,
+                                            ref.exp_argument_spread(t.router_logits, trace_ids, arch.scoring))
     err = (w32.cpu().double() - trace_w).abs()
     if bool((err <= dw).all()):
         keys = ref.reference_keys(t.router_logits, arch.scoring, bias)

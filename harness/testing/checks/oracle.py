@@ -23,7 +23,7 @@ def layer_route(problem, t):
 def check_routing(problem, t=None, trace=None, scale=None):
     """The layer's routing (harness.moe.routing.route_arch, float32) selects the
     same experts as the float64 reference (exact keys; ties -> lowest index,
-    groups likewise) and its weights agree to (2E + 2k + 18) u relative."""
+    groups likewise) and its weights agree to (2E + 2k + 18 + s) u relative (tolerance, term 6)."""
     if t is None:
         t = problem.tensors()
     if trace is None:
@@ -42,7 +42,8 @@ def check_routing(problem, t=None, trace=None, scale=None):
                            f"ref {ids_ref[r].tolist()}" for r in rows)
         raise AssertionError(f"routing differs from the reference (top-k of the keys, equal keys -> lowest "
                              f"index) in {int((ids.cpu().long() != ids_ref).any(-1).sum())} tokens: {detail}")
-    dw = tolerance.term_scales(scale)["routing_weights"] * tolerance.routing_weight_tolerance(w_ref, problem.E) + 2.0**-140
+    spread = ref.exp_argument_spread(t.router_logits, ids_ref, problem.arch.scoring)
+    dw = tolerance.term_scales(scale)["routing_weights"] * tolerance.routing_weight_tolerance(w_ref, problem.E, spread)
     wbad = ~((w32.cpu().double() - w_ref).abs() <= dw)
     assert not bool(wbad.any()), (
         f"routing weights differ from the reference at {int(wbad.sum())} of {wbad.numel()} (token, slot): e.g. "

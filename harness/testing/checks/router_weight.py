@@ -43,7 +43,7 @@ def check_router_weight_on_input(problem, t=None, cfg=None, moe=None):
         return {"max_err_over_tol": float((err / tol).max()) if err.numel() else 0.0}
     shared = trace.shared.out if trace.shared is not None else 0 * trace.routed
     both = trace.routed * trace.weights + shared  # k == 1: the weight again on the output
-    wtol = tolerance.routing_weight_tolerance(trace.weights, problem.E) * trace.routed.abs()
+    wtol = tolerance.routing_weight_tolerance(trace.weights, problem.E, trace.spread) * trace.routed.abs()
     like_both = bool(((out - both).abs() <= 2 * tol + wtol).all())
     raise AssertionError(f"router weight on input: layer output off the reference by "
                          f"{float((err / tol).max()):.3g} tolerances"
