@@ -189,6 +189,7 @@ def exp_argument_spread(router_logits: torch.Tensor, ids: torch.Tensor, scoring:
     chosen = torch.gather(logits, 1, ids.cpu())
     m = chosen if scoring == "softmax_topk" else logits
     d = m.max(dim=-1, keepdim=True).values - chosen
+    d = torch.where(torch.isfinite(d), d, 0.0)  # a -inf logit's exp is exactly 0 (+inf: NaN weights either way)
     return d + d.max(dim=-1, keepdim=True).values + (E - 1) / math.e
 
 

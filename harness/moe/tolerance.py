@@ -218,9 +218,9 @@ def qdq_interval(center: torch.Tensor, delta: torch.Tensor, scheme, cfg, which: 
     return _mx_interval(center, delta, spec, scheme.scale_mode)
 
 
+WEIGHT_FLOOR = 2.0**-140  # routing weights below float32's normal range: absolute (term 6)
 # The named terms of the bound (module docstring); output_tolerance(scale={name: f})
 # multiplies one by f (0 drops it) -- the witness tests show each one needed.
-WEIGHT_FLOOR = 2.0**-140  # routing weights below float32's normal range: absolute (term 6)
 TERMS = (
     "gemm1",  # float32 GEMM1 rounding (+ c_prec): gamma_H |a1| |W13|
     "bias_rounding",  # the float32 bias additions after each GEMM: u |h|, u |y|
