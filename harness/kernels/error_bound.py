@@ -26,7 +26,13 @@ fused_gemm_src.py) and its error bound (what the suites test):
    multiply there) computes the same products in float32 and keeps their top
    16 bits, the same bits since each product is a bf16 number; it needs no
    bf16 arithmetic, so the interpreter holds it too (every code and scale
-   byte of the bf16 dequant pass).
+   byte of the bf16 dequant pass). FOLD_BIAS (CUDA's decode rows, inline
+   PTX) multiplies each pair of bf16 patterns by one folded multiplier: MX's
+   2^(b - 127) times e2m1's 2^126, or NVFP4's s times 2^(126 - 7) (exact:
+   a power of two on 4 significant bits, finite for every E4M3 s, each
+   product e2m1 * s * 2^-7 a normal bf16 number), whose 2^7 the GEMM gives
+   back to the float32 sum before the post factor: the same bits wherever
+   the products stay above float32's subnormals, as (2) assumes.
 
 2. The GEMM is NOT bitwise equal to the unfused torch.matmul path: `tl.dot`
    sums in its own order (tensor-core fragments on GPU, numpy matmul per tile

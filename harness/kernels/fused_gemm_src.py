@@ -159,10 +159,13 @@ def _moe_gemm_kernel(
     # E8M0 scale bytes all in [1, 128], or 0 only over blocks of zero codes (FusedWeights.plain_scales): each
     # multiplier is the float whose exponent field is the byte, with no case for bytes 0 and 255
     PLAIN_SCALES: tl.constexpr = False,
-    # PLAIN_SCALES e2m1 in bf16 on CUDA (launch_config drops it elsewhere): the pair patterns' 2^(127 - BIAS)
-    # folded into each block multiplier, one packed multiply a pair in inline PTX (Triton's own bf16 multiplies
-    # there get half the pairs scalarized and their halves swapped back: 144 byte permutes a K step on sm_90)
+    # e2m1 in bf16 on CUDA (launch_config drops it elsewhere): the pair patterns' 2^(127 - BIAS) folded into
+    # each block multiplier, one packed multiply a pair in inline PTX (Triton's own bf16 multiplies there get
+    # half the pairs scalarized and their halves swapped back: 144 byte permutes a K step on sm_90). MX with
+    # PLAIN_SCALES: into the exponent field; NVFP4 (RAW_S, HAS_POST): s * 2^(127 - BIAS - S_FOLD_EXP), a bf16
+    # number for every E4M3 s, and the post factor gives 2^S_FOLD_EXP back (launch_config.fold_exp)
     FOLD_BIAS: tl.constexpr = False,
+    S_FOLD_EXP: tl.constexpr = 0,
 ):
     # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
     BYTES_E2M1: tl.constexpr = BYTE_DECODE and FAST_DECODE and SPECIALS == 0 and WIDTH == 4
@@ -171,7 +174,10 @@ def _moe_gemm_kernel(
     BYTES_BF16: tl.constexpr = BYTES_E2M1 and BF16_DECODE and MULT_BCAST and (BF16 or DEQUANT_ONLY)
     # E8M0 multipliers built as bf16 from the byte's bits (PLAIN_SCALES, bf16 multiplies), and folded (FOLD_BIAS)
     PLAIN_BF16: tl.constexpr = BYTES_BF16 and not BF16_TRUNC and PLAIN_SCALES and not TWO_LEVEL
-    FOLDED: tl.constexpr = PLAIN_BF16 and FOLD_BIAS
+    # NVFP4's E4M3 s folded (GEMM launches only: the products are the weights times 2^-S_FOLD_EXP)
+    S_FOLDED: tl.constexpr = (BYTES_BF16 and not BF16_TRUNC and FOLD_BIAS and TWO_LEVEL and RAW_S and HAS_POST
+                              and not DEQUANT_ONLY)
+    FOLDED: tl.constexpr = (PLAIN_BF16 and FOLD_BIAS) or S_FOLDED
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     # Split-K (decode sizes: too few programs otherwise): this program's
@@ -285,6 +291,8 @@ def _moe_gemm_kernel(
                     else:
                         m = _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
                                         S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL, PLAIN_SCALES)
+                        if S_FOLDED:  # exact: a power of two on a 4-bit s, inside bf16's normal range
+                            m = m * (2.0 ** (127 - BIAS - S_FOLD_EXP))
                         if BYTES_BF16 and not BF16_TRUNC:  # exact: e2m1 x (2^k or an E4M3 value) fits bf16's 8 bits
                             m = m.to(tl.bfloat16)
                     if FOLDED:  # bf16 pairs times {m, m}: a packed multiply (x * m + -0 is x * m, one rounding)
@@ -324,6 +332,8 @@ def _moe_gemm_kernel(
         if SWAP_MN:
             acc = tl.trans(acc)
         if HAS_POST:  # nvfp4 in bf16: 1/(gs_w[e] gs_a) as fl(fl(1 / gs_w[e]) * fl(1 / gs_a))
+            if S_FOLDED:  # the folded products' 2^-S_FOLD_EXP, given back exactly before the one rounding
+                acc = acc * (2.0 ** S_FOLD_EXP)
             acc = acc * (tl.math.div_rn(1.0, tl.load(wgs_ptr + e)) * tl.math.div_rn(1.0, tl.load(gs_ptr)))
         # The torch ops the epilogue replaces, in their order and rounding: h + bias[ids] (one float32
         # add; never after HAS_POST's multiply, where the compiler could contract the two into an FMA),

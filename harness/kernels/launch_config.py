@@ -79,8 +79,8 @@ _DECODE = dict(FAST_DECODE=True, MULT_BCAST=True, PACK_JOIN=True, BYTE_DECODE=Tr
 # (checked by fused_dequantize on the device).
 GPU_CONFIGS = {
     # SWAP_MN (the decode rows): acts only on weights in the "mma" word order (word_order); FOLD_BIAS only on
-    # weights with plain scale bytes (FusedWeights.plain_scales), on CUDA (0.86-1.00x the decode GEMMs on an
-    # H200; at prefill, on the "large" row, 0.98-1.04x: not set there)
+    # e2m1 in bf16 on CUDA, MX weights with plain scale bytes (FusedWeights.plain_scales) or NVFP4 GEMMs
+    # (0.86-1.00x the MX decode GEMMs on an H200; at prefill, on the "large" row, 0.98-1.04x: not set there)
     "small": LaunchRow(BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True, SWAP_MN=True,
                        FOLD_BIAS=True),
     "large": LaunchRow(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, **_DECODE, BF16_DECODE=True),
@@ -208,7 +208,7 @@ class LaunchConfig:
     BF16_DECODE: Optional[bool]
     BF16_TRUNC: Optional[bool]
     SWAP_MN: Optional[bool]
-    FOLD_BIAS: Optional[bool]  # plain e2m1 scales in bf16 on CUDA: one packed multiply a pair (fused_gemm_src.py)
+    FOLD_BIAS: Optional[bool]  # e2m1 in bf16 on CUDA (plain MX scales, NVFP4): one packed multiply a pair
     MMA_ORDER: bool  # e2m1 words in fp4_words' "mma" order (the weights' word_order)
     EVEN_NK: bool
     K_TAIL: bool  # N without a tail, K with one: masks on the last BLOCK_K only (else all masked, or EVEN_NK none)
@@ -223,6 +223,8 @@ class LaunchConfig:
                    HAS_BIAS=self.HAS_BIAS, ROW_SCALE=self.ROW_SCALE, DEQUANT_ONLY=self.DEQUANT_ONLY,
                    BLOCK_M=self.BLOCK_M, MMA_ORDER=self.MMA_ORDER, **format_constexprs(self.KIND, self.fmt))
         out.update((k, getattr(self, k)) for k in _LAUNCH_KEYS if getattr(self, k) is not None)
+        if self.FOLD_BIAS and self.RAW_S:  # NVFP4's folded multiplier (only there: other launches keep their keys)
+            out["S_FOLD_EXP"] = fold_exp(hf.get_format(self.fmt))
         return out
 
 
@@ -241,6 +243,22 @@ def format_constexprs(kind: int, fmt: Optional[str]) -> dict:
     sc = element_constants(spec.scale) if spec.is_two_level else _NO_ELEMENT
     return dict(PACKED=spec.is_fp4, QBLOCK=spec.block_size, TWO_LEVEL=spec.is_two_level,
                 **{k: el[k] for k in _ELEMENT_KEYS}, **{"S_" + k: sc[k] for k in _ELEMENT_KEYS})
+
+
+# bf16's largest finite value, (2 - 2^-7) * 2^127
+BF16_MAX = (2.0 - 2.0 ** -7) * 2.0 ** 127
+
+
+def fold_exp(spec) -> int:
+    """A two-level row's FOLD_BIAS exponent c: the least c >= 0 for which
+    the folded multiplier s * 2^(127 - element bias - c) stays a finite bf16
+    for the largest block scale s (nvfp4: 448 = 1.75 * 2^8, so 7). The
+    smallest products stay normal bf16 numbers too: e2m1's 0.5 times E4M3's
+    2^-9, times 2^-7, is 2^-17, so every folded product is exact."""
+    c = 0
+    while spec.scale.max_normal * 2.0 ** (127 - spec.element.bias - c) > BF16_MAX:
+        c += 1
+    return c
 
 
 def on_rocm() -> bool:
@@ -279,7 +297,10 @@ def dispatch(vendor: str) -> dict:
             "plain_scales": "MX weights whose E8M0 bytes are at most 128 and 0 only over zero codes "
                             "(FusedWeights.plain_scales, per tensor in each result row) take each multiplier from "
                             "the byte's bits; on CUDA, rows with FOLD_BIAS then fold e2m1's 2^126 into it (one "
-                            "packed multiply a pair)"}
+                            "packed multiply a pair)",
+            "nvfp4_fold": "on CUDA, NVFP4 GEMMs in bf16 on rows with FOLD_BIAS take each E4M3 s times "
+                          "2^(126 - S_FOLD_EXP) as the multiplier (one packed multiply a pair) and multiply the dot "
+                          "by 2^S_FOLD_EXP before the post factor"}
 
 
 def word_order(vendor: str, fmt: Optional[str], k: int) -> str:
@@ -412,9 +433,12 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         cfg["BF16_DECODE"] = None
     if not cfg["BF16_DECODE"]:  # how BF16_DECODE multiplies
         cfg["BF16_TRUNC"] = None
-    # the folded multiply: inline PTX on e2m1 words whose scale bytes are plain (at most 128), bf16 multiplies
+    # the folded multiply: inline PTX on e2m1 words in bf16 multiplies, whose scale bytes are plain (MX, at most
+    # 128) or NVFP4's E4M3 in a GEMM launch (its 2^S_FOLD_EXP given back with the post factor)
     plain = bool(plain_scales) and kind == 1 and hf.get_format(fmt).is_mx
-    if not (vendor == "cuda" and plain and hf.get_format(fmt).is_fp4 and cfg["BF16_DECODE"] and not cfg["BF16_TRUNC"]):
+    s_fold = kind == 1 and hf.get_format(fmt).is_two_level and bf16 and has_post and not dequant
+    if not (vendor == "cuda" and (plain or s_fold) and hf.get_format(fmt).is_fp4 and cfg["BF16_DECODE"]
+            and not cfg["BF16_TRUNC"]):
         cfg["FOLD_BIAS"] = None
     if interpret and cfg["BF16_DECODE"] and not cfg["BF16_TRUNC"]:
         # The Triton interpreter's bf16 arithmetic is wrong (0x8040 * 2^126 gave -2^-63, not -0.5; triton 3.9).

@@ -318,7 +318,9 @@ def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, gpu_device):
     """Precision "bf16" GEMM launch with one-hot rows, tables' BF16_DECODE on
     (bf16 multiplies, and ROCm's float32 multiplies truncated: BF16_TRUNC)
     and off: the outputs agree bit for bit, and for MX formats (no post
-    factor) each equals its weight's bf16 operand exactly. `plain`: the
+    factor) each equals its weight's bf16 operand exactly. The "small" row's
+    FOLD_BIAS folds e2m1's 2^126 into each multiplier on CUDA: for NVFP4
+    every E4M3 s, its 2^-7 given back before the post factor. `plain`: the
     scale bytes FusedWeights.plain_scales allows, the multipliers built from
     the bytes' bits (the tables' decode launches on such weights)."""
     q = plain_bytes_only(every_code_and_scale(fmt)) if plain else every_code_and_scale(fmt)
@@ -505,30 +507,39 @@ def test_plain_scales_rule():
                          override=dict(PLAIN_SCALES=True))
 
 
-def test_the_folded_multiply_only_on_plain_e2m1_in_bf16_on_cuda():
+def test_the_folded_multiply_only_on_e2m1_in_bf16_on_cuda():
     """FOLD_BIAS (the decode rows): e2m1's 2^126 folded into each block
-    multiplier, one packed multiply a pair in inline PTX. Kept only where
-    the weights' scale bytes are plain (the folded exponent field stays
-    normal), on CUDA (PTX), for e2m1 MX codes, with BF16_DECODE's bf16
-    multiplies; dropped on ROCm (BF16_TRUNC rows), the interpreter, float32
-    operands, NVFP4 and other MX formats, and on weights whose bytes were not
-    checked, even where an override asks for it."""
+    multiplier, one packed multiply a pair in inline PTX. Kept only on CUDA
+    (PTX), for e2m1 codes with BF16_DECODE's bf16 multiplies, where the
+    folded multiplier stays a finite bf16: MX weights whose scale bytes are
+    plain (the folded exponent field stays normal), and NVFP4 GEMMs with the
+    post factor (which gives 2^S_FOLD_EXP back); dropped on ROCm (BF16_TRUNC
+    rows), the interpreter, float32 operands, other MX formats, NVFP4 without
+    the post factor or in the dequant pass, and on MX weights whose bytes
+    were not checked, even where an override asks for it."""
     assert lc.GPU_CONFIGS["small"].FOLD_BIAS and lc.GPU_CONFIGS["small_short_k"].FOLD_BIAS
     assert not lc.GPU_CONFIGS["large"].FOLD_BIAS
     kw = dict(kind=1, block_m=16, n=64, k=2048)
     assert lc.select_launch("gemm", "cuda", fmt="mxfp4", bf16=True, plain_scales=True, **kw).FOLD_BIAS is True
     assert lc.select_launch("gemm", "cuda", fmt="mxfp4", bf16=True, plain_scales=True, k=768, kind=1, block_m=16,
                             n=64).FOLD_BIAS is True  # the short-K row
+    nv = lc.select_launch("gemm", "cuda", fmt="nvfp4", bf16=True, has_post=True, **kw)
+    assert (nv.FOLD_BIAS, nv.RAW_S, nv.HAS_POST, nv.meta()["S_FOLD_EXP"]) == (True, True, True, 7)
     dropped = [dict(vendor="cuda", fmt="mxfp4", bf16=True, plain_scales=False),
                dict(vendor="rocm", fmt="mxfp4", bf16=True, plain_scales=True),
                dict(vendor="cuda", fmt="mxfp4", bf16=False, plain_scales=True),
-               dict(vendor="cuda", fmt="nvfp4", bf16=True, plain_scales=True),
+               dict(vendor="rocm", fmt="nvfp4", bf16=True, has_post=True),
+               dict(vendor="cuda", fmt="nvfp4", bf16=True, has_post=False),
+               dict(vendor="cuda", fmt="nvfp4", bf16=False, has_post=True),
                dict(vendor="cuda", fmt="mxfp8_e4m3", bf16=True, plain_scales=True)]
     for d in dropped:
         vendor = d.pop("vendor")
         for override in (None, dict(FOLD_BIAS=True), dict(FOLD_BIAS=True, BF16_TRUNC=False)):
             cfg = lc.select_launch("gemm", vendor, override=override, **d, **kw)
             assert "FOLD_BIAS" not in cfg.meta(), (vendor, d, override)
+    for override in (None, dict(FOLD_BIAS=True, BF16_DECODE=True)):
+        deq = lc.select_launch("dequant", "cuda", fmt="nvfp4", bf16=True, has_post=True, override=override, **kw)
+        assert "FOLD_BIAS" not in deq.meta(), override
     with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
         lc.select_launch("gemm", "interpreter", fmt="mxfp4", bf16=True, plain_scales=True,
                          override=dict(BF16_DECODE=True, FOLD_BIAS=True), **kw)
