@@ -32,7 +32,10 @@ fused_gemm_src.py) and its error bound (what the suites test):
    a power of two on 4 significant bits, finite for every E4M3 s, each
    product e2m1 * s * 2^-7 a normal bf16 number), whose 2^7 the GEMM gives
    back to the float32 sum before the post factor: the same bits wherever
-   the products stay above float32's subnormals, as (2) assumes.
+   the products stay above float32's subnormals, as (2) assumes. On sm_90
+   and later (S_CVT) NVFP4's s comes from the hardware's E4M3 -> f16
+   conversion and f16 -> bf16 (both exact for every E4M3 byte, NaN kept),
+   times 2^119 in bf16 (exact): the same multiplier.
 
 2. The GEMM is NOT bitwise equal to the unfused torch.matmul path: `tl.dot`
    sums in its own order (tensor-core fragments on GPU, numpy matmul per tile

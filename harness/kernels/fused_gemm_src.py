@@ -166,6 +166,11 @@ def _moe_gemm_kernel(
     # number for every E4M3 s, and the post factor gives 2^S_FOLD_EXP back (launch_config.fold_exp)
     FOLD_BIAS: tl.constexpr = False,
     S_FOLD_EXP: tl.constexpr = 0,
+    # with S_FOLDED, on CUDA sm_89 and later (launch_config.e4m3_convert): each E4M3 s by the hardware's
+    # e4m3x2 -> f16x2 conversion (exact, NaN kept) and cvt to bf16, then times 2^(127 - BIAS - S_FOLD_EXP) in bf16
+    # (exact: a power of two, a normal product), where _decode builds it by bits (sm_90 SASS of the BLOCK_M 16
+    # GEMM, div16 strides: 1296 -> 1152 instructions)
+    S_CVT: tl.constexpr = False,
 ):
     # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
     BYTES_E2M1: tl.constexpr = BYTE_DECODE and FAST_DECODE and SPECIALS == 0 and WIDTH == 4
@@ -278,19 +283,28 @@ def _moe_gemm_kernel(
                 if MULT_BCAST:  # one multiplier per QBLOCK elements, broadcast over its block
                     offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
                     if EVEN_NK or (K_TAIL and part == 0):
-                        sc = tl.load(m_base + offs_b[None, :]).to(tl.int32)
+                        sc = tl.load(m_base + offs_b[None, :])
                     else:
                         sc = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
-                                     other=0).to(tl.int32)
-                    if PLAIN_BF16:
+                                     other=0)
+                    if S_FOLDED and S_CVT:  # E4M3 pairs -> f16x2 -> bf16 (both exact, NaN kept), x 2^119 packed
+                        tl.static_assert(S_MBITS == 3 and S_BIAS == 7 and 127 - BIAS - S_FOLD_EXP == 119,
+                                         "S_CVT: E4M3 block scales folded by 2^119 (0x7B00) only")
+                        m = tl.inline_asm_elementwise(
+                            "{ .reg .b32 a, c, z; .reg .b16 l, h; cvt.rn.f16x2.e4m3x2 a, $1; mov.b32 {l, h}, a; "
+                            "cvt.bf16.f16 l, l; cvt.bf16.f16 h, h; mov.b32 a, {l, h}; mov.b32 c, 0x7B007B00; "
+                            "mov.b32 z, 0x80008000; fma.rn.bf16x2 $0, a, c, z; }",
+                            "=r,h", [sc], dtype=tl.bfloat16, is_pure=True, pack=2)
+                    elif PLAIN_BF16:
+                        sc = sc.to(tl.int32)
                         # 2^(b - 127) as the bf16 whose exponent field is b: three integer operations fewer
                         # per multiplier than bytes 0 and 255 take (1.02-1.15x the decode GEMM on an H200)
                         if FOLDED:  # times the patterns' 2^(127 - BIAS): exponent field b + 127 - BIAS (<= 254, b <= 128)
                             sc = sc + (127 - BIAS)
                         m = (sc << 7).to(tl.uint16).to(tl.bfloat16, bitcast=True)
                     else:
-                        m = _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
-                                        S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL, PLAIN_SCALES)
+                        m = _block_mult(sc.to(tl.int32), gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT,
+                                        S_SPECIALS, S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL, PLAIN_SCALES)
                         if S_FOLDED:  # exact: a power of two on a 4-bit s, inside bf16's normal range
                             m = m * (2.0 ** (127 - BIAS - S_FOLD_EXP))
                         if BYTES_BF16 and not BF16_TRUNC:  # exact: e2m1 x (2^k or an E4M3 value) fits bf16's 8 bits

@@ -214,6 +214,8 @@ class LaunchConfig:
     K_TAIL: bool  # N without a tail, K with one: masks on the last BLOCK_K only (else all masked, or EVEN_NK none)
     # E8M0 multipliers without the cases of bytes 0 and 255 (FusedWeights.plain_scales); None: not passed
     PLAIN_SCALES: Optional[bool]
+    # the folded NVFP4 multipliers from the hardware's E4M3 conversion (e4m3_convert); only with S_FOLD_EXP
+    S_CVT: bool
     SPLIT_K: int
     SPLIT_BLOCKS: int
 
@@ -225,6 +227,8 @@ class LaunchConfig:
         out.update((k, getattr(self, k)) for k in _LAUNCH_KEYS if getattr(self, k) is not None)
         if self.FOLD_BIAS and self.RAW_S:  # NVFP4's folded multiplier (only there: other launches keep their keys)
             out["S_FOLD_EXP"] = fold_exp(hf.get_format(self.fmt))
+            if self.S_CVT:
+                out["S_CVT"] = True
         return out
 
 
@@ -259,6 +263,25 @@ def fold_exp(spec) -> int:
     while spec.scale.max_normal * 2.0 ** (127 - spec.element.bias - c) > BF16_MAX:
         c += 1
     return c
+
+
+# The CUDA compute capability select_launch assumes where it is not given one: sm_90, the lowest CUDA target
+# harness.aot compiles for (the launch snapshot and the compile check describe launches there)
+DEFAULT_CUDA_CC = (9, 0)
+# PTX's cvt.rn.f16x2.e4m3x2 needs sm_89 and cvt.bf16.f16 sm_90
+E4M3_CVT_MIN_CC = (9, 0)
+
+
+def e4m3_convert(spec, cuda_cc) -> bool:
+    """Whether a folded two-level GEMM launch (S_FOLD_EXP) on a CUDA device
+    of compute capability `cuda_cc` builds its multipliers s x 2^(127 -
+    element bias - c) with the hardware's E4M3 conversion: E4M3 (fn) block
+    scales over e2m1, where the multiplier is s x 2^119 (the kernel's
+    constant), on sm_90 and later. Elsewhere the kernel decodes s by bits."""
+    scale = spec.scale
+    e4m3 = (scale.name == "e4m3fn" and spec.element.name == "e2m1"
+            and 127 - spec.element.bias - fold_exp(spec) == 119)
+    return e4m3 and tuple(cuda_cc) >= E4M3_CVT_MIN_CC
 
 
 def on_rocm() -> bool:
@@ -300,7 +323,8 @@ def dispatch(vendor: str) -> dict:
                             "packed multiply a pair)",
             "nvfp4_fold": "on CUDA, NVFP4 GEMMs in bf16 on rows with FOLD_BIAS take each E4M3 s times "
                           "2^(126 - S_FOLD_EXP) as the multiplier (one packed multiply a pair) and multiply the dot "
-                          "by 2^S_FOLD_EXP before the post factor"}
+                          "by 2^S_FOLD_EXP before the post factor; on sm_90 and later each s comes from the "
+                          "hardware's E4M3 conversion (S_CVT), below from its bits"}
 
 
 def word_order(vendor: str, fmt: Optional[str], k: int) -> str:
@@ -382,7 +406,8 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                   bf16: bool = False, has_post: bool = False, block_m: int = DEQUANT_BLOCK_M, w_bytes: int = 1,
                   pairs: int = 0, experts: int = 0, sm_count: Optional[int] = None,
                   bias: bool = False, row_scale: bool = False, override: Optional[Mapping] = None,
-                  word_order: str = "k", plain_scales: bool = False) -> LaunchConfig:
+                  word_order: str = "k", plain_scales: bool = False,
+                  cuda_cc: Optional[tuple] = None) -> LaunchConfig:
     """The launch configuration of one launch (LAUNCHES) on `vendor` (VENDORS).
 
     kind: the weights it reads (0 float, 1 element codes of `fmt`); bf16: tl.dot
@@ -400,7 +425,9 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     row's SWAP_MN acts only on GEMM launches over "mma" words. plain_scales:
     the weights' FusedWeights.plain_scales, which sets PLAIN_SCALES on
     launches that decode MX codes (never an override: it holds only for
-    weights whose scale bytes were checked)."""
+    weights whose scale bytes were checked). cuda_cc: the compute capability
+    of the CUDA device the launch runs on (None: DEFAULT_CUDA_CC); it decides
+    S_CVT (e4m3_convert)."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
     if vendor not in VENDORS:
@@ -472,6 +499,8 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     split_blocks = triton_cdiv(k_blocks, splits)
     if split_blocks:
         splits = triton_cdiv(k_blocks, split_blocks)  # no empty split
+    folded_s = bool(cfg["FOLD_BIAS"]) and s_fold  # the kernel's S_FOLDED (meta passes S_FOLD_EXP)
+    s_cvt = folded_s and e4m3_convert(hf.get_format(fmt), DEFAULT_CUDA_CC if cuda_cc is None else cuda_cc)
     one_split = splits == 1 and not dequant
     in_bias = bias and one_split and not has_post
     return LaunchConfig(launch=launch, vendor=vendor, table=table, row=name, fmt=None if kind == 0 else fmt,
@@ -481,7 +510,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                         RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
                         DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, MMA_ORDER=mma_order, EVEN_NK=even_nk,
                         K_TAIL=bool(tail),
-                        PLAIN_SCALES=True if plain else None, SPLIT_K=splits,
+                        PLAIN_SCALES=True if plain else None, S_CVT=s_cvt, SPLIT_K=splits,
                         SPLIT_BLOCKS=split_blocks)
 
 

@@ -312,9 +312,30 @@ def test_bf16_dequant_every_code_and_scale_byte_gpu(fmt, plain, gpu_device):
         assert_bitwise_equal(got, want, f"{fmt} {config or 'tuned table'}")
 
 
+def _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch) -> dict:
+    """The precision "bf16" GEMM on the "small" row (the decode rows'
+    flags, FOLD_BIAS on CUDA) with BF16_DECODE on (True), off (False) and
+    truncated ("trunc"); for NVFP4 on a device that takes S_CVT also as a
+    device below sm_90 runs it ("sm_80": the fold's multipliers decoded by
+    bits, not converted by the hardware)."""
+    outs = {}
+    for flag in (True, False, "trunc", "sm_80"):
+        if flag == "sm_80":
+            if not lc.select_launch("gemm", lc.vendor_of(x.device), kind=1, fmt=fw.fmt, bf16=True, has_post=True,
+                                    block_m=16, n=fw.N, k=fw.K, cuda_cc=torch.cuda.get_device_capability()).S_CVT:
+                continue
+            monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+        flags = TRUNC if flag == "trunc" else dict(BF16_DECODE=flag is not False)
+        cfg = dict(lc.GPU_CONFIGS["small"].settings(), BLOCK_N=32, BLOCK_K=64, **flags, SPLIT_K=1)
+        outs[flag] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused",
+                                         config=cfg).cpu()
+    monkeypatch.undo()
+    return outs
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt,plain", FORMATS_PLAIN)
-def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, gpu_device):
+def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, gpu_device, monkeypatch):
     """Precision "bf16" GEMM launch with one-hot rows, tables' BF16_DECODE on
     (bf16 multiplies, and ROCm's float32 multiplies truncated: BF16_TRUNC)
     and off: the outputs agree bit for bit, and for MX formats (no post
@@ -340,19 +361,39 @@ def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, gpu_device):
     fw = _fused_weights(qd)
     assert fw.plain_scales is plain
     a_gs = torch.tensor(1.0, device=gpu_device)
-    outs = {}
-    for flag in (True, False, "trunc"):
-        flags = TRUNC if flag == "trunc" else dict(BF16_DECODE=flag)
-        cfg = dict(lc.GPU_CONFIGS["small"].settings(), BLOCK_N=32, BLOCK_K=64, **flags, SPLIT_K=1)
-        outs[flag] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused",
-                                         config=cfg).cpu()
+    outs = _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch)
     assert_bitwise_equal(outs[True], outs[False], f"{fmt}: BF16_DECODE on vs off")
     assert_bitwise_equal(outs["trunc"], outs[False], f"{fmt}: BF16_TRUNC vs BF16_DECODE off")
+    if "sm_80" in outs:
+        assert_bitwise_equal(outs["sm_80"], outs[False], f"{fmt}: the fold without S_CVT vs BF16_DECODE off")
     if spec.is_mx:
         y = outs[True].reshape(E, K, N).transpose(1, 2)
         nonzero = want != 0  # zero weights: the sum of +-0 products is +0
         assert_bitwise_equal(y[nonzero], want[nonzero], f"{fmt}: one-hot rows vs the bf16 operands")
         assert bool((y[~nonzero] == 0).all()), f"{fmt}: zero weights gave nonzero outputs"
+
+
+@pytest.mark.gpu
+def test_nvfp4_nan_and_negative_scales_in_the_folded_gemm_gpu(gpu_device, monkeypatch):
+    """Every E4M3 scale byte, the NaN bytes 0x7F / 0xFF and the negative
+    ones included, through the NVFP4 "bf16" GEMM on dense activation rows:
+    the folded launches (S_CVT's hardware conversion where the device takes
+    it, and the fold decoded by bits) give BF16_DECODE off's outputs bit for
+    bit, and NaN exactly in the rows whose weights hold a NaN (the reference
+    dequantized: 0 x NaN is NaN too)."""
+    q = every_code_and_scale("nvfp4")
+    E, N, K = q.codes.shape
+    gen = torch.Generator().manual_seed(5)
+    # small integers: every product and partial sum of x and a code's value is exact in float32
+    x = torch.randint(-3, 4, (E * 4, K), generator=gen).float().to(gpu_device)
+    ids = torch.arange(E, device=gpu_device).repeat_interleave(4)
+    qd = hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device), q.global_scale.to(gpu_device), "nvfp4")
+    outs = _bf16_gemm_outputs(x, ids, _fused_weights(qd), torch.tensor(1.0, device=gpu_device), monkeypatch)
+    for flag, got in outs.items():
+        assert_bitwise_equal(got, outs[False], f"nvfp4 {flag} vs BF16_DECODE off")
+    nan_rows = torch.isnan(hf.dequantize(q)).any(dim=-1)  # [E, N]
+    got_nan = torch.isnan(outs[False]).reshape(E, 4, N).all(dim=1)
+    assert bool(nan_rows.any()) and bool((got_nan == nan_rows).all())
 
 
 @pytest.mark.parametrize("fmt", E2M1_FORMATS)
@@ -525,6 +566,13 @@ def test_the_folded_multiply_only_on_e2m1_in_bf16_on_cuda():
                             n=64).FOLD_BIAS is True  # the short-K row
     nv = lc.select_launch("gemm", "cuda", fmt="nvfp4", bf16=True, has_post=True, **kw)
     assert (nv.FOLD_BIAS, nv.RAW_S, nv.HAS_POST, nv.meta()["S_FOLD_EXP"]) == (True, True, True, 7)
+    # the hardware's E4M3 conversion: sm_90 and later (the default: the lowest CUDA target), never below
+    assert nv.meta()["S_CVT"] is True
+    assert lc.select_launch("gemm", "cuda", fmt="nvfp4", bf16=True, has_post=True, cuda_cc=(10, 0), **kw).S_CVT
+    for cc in ((8, 0), (8, 9)):
+        older = lc.select_launch("gemm", "cuda", fmt="nvfp4", bf16=True, has_post=True, cuda_cc=cc, **kw)
+        assert older.meta()["S_FOLD_EXP"] == 7 and "S_CVT" not in older.meta(), cc
+    assert "S_CVT" not in lc.select_launch("gemm", "cuda", fmt="mxfp4", bf16=True, plain_scales=True, **kw).meta()
     dropped = [dict(vendor="cuda", fmt="mxfp4", bf16=True, plain_scales=False),
                dict(vendor="rocm", fmt="mxfp4", bf16=True, plain_scales=True),
                dict(vendor="cuda", fmt="mxfp4", bf16=False, plain_scales=True),
@@ -536,10 +584,10 @@ def test_the_folded_multiply_only_on_e2m1_in_bf16_on_cuda():
         vendor = d.pop("vendor")
         for override in (None, dict(FOLD_BIAS=True), dict(FOLD_BIAS=True, BF16_TRUNC=False)):
             cfg = lc.select_launch("gemm", vendor, override=override, **d, **kw)
-            assert "FOLD_BIAS" not in cfg.meta(), (vendor, d, override)
+            assert "FOLD_BIAS" not in cfg.meta() and "S_CVT" not in cfg.meta(), (vendor, d, override)
     for override in (None, dict(FOLD_BIAS=True, BF16_DECODE=True)):
         deq = lc.select_launch("dequant", "cuda", fmt="nvfp4", bf16=True, has_post=True, override=override, **kw)
-        assert "FOLD_BIAS" not in deq.meta(), override
+        assert "FOLD_BIAS" not in deq.meta() and "S_CVT" not in deq.meta(), override
     with pytest.raises(ValueError, match="BF16_DECODE needs a CUDA/ROCm device"):
         lc.select_launch("gemm", "interpreter", fmt="mxfp4", bf16=True, plain_scales=True,
                          override=dict(BF16_DECODE=True, FOLD_BIAS=True), **kw)
