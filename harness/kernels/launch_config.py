@@ -334,7 +334,8 @@ def word_order(vendor: str, fmt: Optional[str], k: int) -> str:
     SWAP_MN), else "k". Measured on an H200 (docs/benchmarks.md): MXFP4
     decode GEMMs 1.02-1.11x faster at 16 tokens (0.92-1.10x at one);
     NVFP4's 0.86-1.09x (its E4M3 block multipliers decoded per fragment
-    lane), so NVFP4 keeps "k"; ROCm's MFMA
+    lane; 0.79-1.01x with them converted by the hardware, S_CVT), so NVFP4
+    keeps "k"; ROCm's MFMA
     operand fragments hold four K neighbours, not two, and keep "k"."""
     if vendor not in VENDORS:
         raise ValueError(f"unknown vendor {vendor!r}; expected one of {', '.join(VENDORS)}")
