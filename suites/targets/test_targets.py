@@ -98,6 +98,59 @@ def test_every_kernel_has_launches_and_pairs_keep_every_value(backend):
     assert len(chosen) < len(items)
 
 
+def _greedy_pairs_by_sets(items):
+    """The pairwise cover written the plain way (sets of ordered pairs, one
+    intersection a candidate a pick): what select_pairs must choose."""
+    keep = set()
+    for kernel in dict.fromkeys(i["kernel"] for i in items):
+        cands = []
+        for n, item in enumerate(items):
+            if item["kernel"] == kernel:
+                axes = targets._axis_values(item)
+                cands.append((n, {(a, b) for j, a in enumerate(axes) for b in axes[j + 1:]}))
+        todo = set().union(*(p for _, p in cands))
+        while todo:
+            n, pairs = max(cands, key=lambda c: (len(c[1] & todo), -c[0]))
+            keep.add(n)
+            todo -= pairs
+    return [item for n, item in enumerate(items) if n in keep]
+
+
+def _synthetic_items(seed, n=120):
+    """Launches of two made-up kernels: random values on five axes, some
+    launches without an axis, and constexprs in two insertion orders (so the
+    same two values form the pair (a, b) in one launch and (b, a) in another)."""
+    import random
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        const = {f"C{a}": rng.randrange(3) for a in range(4) if rng.random() < 0.85}
+        if rng.random() < 0.5:
+            const = dict(reversed(list(const.items())))
+        out.append(dict(kernel=f"k{i % 2}", signature={"x": rng.choice(["*fp32", "*bf16"])}, constexprs=const,
+                        options={"num_warps": rng.choice([4, 8])}, ints=rng.choice(["any", "div16"])))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pairwise_cover_picks_what_the_plain_greedy_picks(seed):
+    items = _synthetic_items(seed)
+    got = targets.select_pairs(items)
+    assert got == _greedy_pairs_by_sets(items)
+    for k in ("k0", "k1"):  # and it is a cover: every pair of a kernel's launches is kept
+        def pairs(rows):
+            return {(a, b) for i in rows if i["kernel"] == k
+                    for j, a in enumerate(targets._axis_values(i)) for b in targets._axis_values(i)[j + 1:]}
+        assert pairs(got) == pairs(items)
+
+
+def test_pairwise_cover_of_the_registry_matches_the_plain_greedy():
+    """Every registered kernel but the GEMM (whose thousands of launches the
+    plain greedy takes minutes over; the other kernels launch alike on hip)."""
+    items = [i for i in targets.work_list(backend="cuda") if i["kernel"] != "_moe_gemm_kernel"]
+    assert targets.select_pairs(items) == _greedy_pairs_by_sets(items)
+
+
 def test_launch_tables_reach_the_work_list(monkeypatch):
     """The GEMM's tuned table is read when the work list is built, not copied."""
     monkeypatch.setitem(lc.GPU_CONFIGS, "large", dataclasses.replace(lc.GPU_CONFIGS["large"], BLOCK_N=96))
