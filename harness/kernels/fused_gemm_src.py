@@ -166,7 +166,7 @@ def _moe_gemm_kernel(
     # number for every E4M3 s, and the post factor gives 2^S_FOLD_EXP back (launch_config.fold_exp)
     FOLD_BIAS: tl.constexpr = False,
     S_FOLD_EXP: tl.constexpr = 0,
-    # with S_FOLDED, on CUDA sm_89 and later (launch_config.e4m3_convert): each E4M3 s by the hardware's
+    # with S_FOLDED, on CUDA sm_90 and later (launch_config.e4m3_convert): each E4M3 s by the hardware's
     # e4m3x2 -> f16x2 conversion (exact, NaN kept) and cvt to bf16, then times 2^(127 - BIAS - S_FOLD_EXP) in bf16
     # (exact: a power of two, a normal product), where _decode builds it by bits (sm_90 SASS of the BLOCK_M 16
     # GEMM, div16 strides: 1296 -> 1152 instructions)
