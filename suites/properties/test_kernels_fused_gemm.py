@@ -318,18 +318,16 @@ def _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch) -> dict:
     truncated ("trunc"); for NVFP4 on a device that takes S_CVT also as a
     device below sm_90 runs it ("sm_80": the fold's multipliers decoded by
     bits, not converted by the hardware)."""
-    outs = {}
-    for flag in (True, False, "trunc", "sm_80"):
-        if flag == "sm_80":
-            if not lc.select_launch("gemm", lc.vendor_of(x.device), kind=1, fmt=fw.fmt, bf16=True, has_post=True,
-                                    block_m=16, n=fw.N, k=fw.K, cuda_cc=torch.cuda.get_device_capability()).S_CVT:
-                continue
-            monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-        flags = TRUNC if flag == "trunc" else dict(BF16_DECODE=flag is not False)
+    def run(flags):
         cfg = dict(lc.GPU_CONFIGS["small"].settings(), BLOCK_N=32, BLOCK_K=64, **flags, SPLIT_K=1)
-        outs[flag] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused",
-                                         config=cfg).cpu()
-    monkeypatch.undo()
+        return fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused", config=cfg).cpu()
+
+    outs = {flag: run(TRUNC if flag == "trunc" else dict(BF16_DECODE=flag)) for flag in (True, False, "trunc")}
+    if lc.select_launch("gemm", lc.vendor_of(x.device), kind=1, fmt=fw.fmt, bf16=True, has_post=True, block_m=16,
+                        n=fw.N, k=fw.K, cuda_cc=torch.cuda.get_device_capability(x.device)).S_CVT:
+        with monkeypatch.context() as mp:
+            mp.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+            outs["sm_80"] = run(dict(BF16_DECODE=True))
     return outs
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -117,10 +118,11 @@ def _greedy_pairs_by_sets(items):
 
 
 def _synthetic_items(seed, n=120):
-    """Launches of two made-up kernels: random values on five axes, some
-    launches without an axis, and constexprs in two insertion orders (so the
-    same two values form the pair (a, b) in one launch and (b, a) in another)."""
-    import random
+    """Launches of two made-up kernels: random values on seven axes (an
+    argument type, four constexprs, an option, the integer specialisation),
+    some launches without a constexpr, and constexprs in two insertion orders
+    (so the same two values form the pair (a, b) in one launch and (b, a) in
+    another)."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
