@@ -650,7 +650,8 @@ FAULTS += [
      "released = 0 if keep_codes else self.released_expert_bytes_per_layer(block, fp4=fp4)", "released = 0",
      [RB, "suites/multigpu/test_resident_bytes.py::test_released_term_on_paper"]),
     ("memory model: a non-fp4 kernel format's code tensor counted as released", "harness/models/shapes.py",
-     "return n if fp4 else 0\n", "return n\n",
+     "return (n if fp4 else 0) + self.reordered_scale_bytes_per_layer(block)\n",
+     "return n + self.reordered_scale_bytes_per_layer(block)\n",
      [RB, "suites/multigpu/test_resident_bytes.py::test_released_term_on_paper"]),
 ]
 
@@ -735,8 +736,8 @@ FAULTS += [
      "    if False:\n        gs_w = tl.load(wgs_ptr + e)",
      [FG + "test_fused_dequantize_every_code_and_scale_byte"]),
     ("kernel format keeps its own copy of the scale bytes", "harness/kernels/fused_weights.py",
-     "fw = cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K, order)",
-     "fw = cls(1, data.contiguous(), scales.clone(), gs, spec.name, E, N, K, order)",
+     "    if order == \"k\":\n        return scales.contiguous()\n",
+     "    if order == \"k\":\n        return scales.clone()\n",
      ["suites/properties/test_moe_layer_smoke.py::test_fused_layer_holds_no_more_than_the_checkpoint",
       "suites/multigpu/test_resident_bytes.py::test_resident_bytes_are_the_paper_figure"]),
     ("kernel format: one global scale stretched over experts it does not cover", "harness/kernels/fused_weights.py",
@@ -1002,6 +1003,22 @@ FAULTS += [
      "    plain = bool(plain_scales) and kind == 1 and hf.get_format(fmt).is_mx\n",
      "    plain = bool(plain_scales) and kind == 1\n",
      [FG + "test_plain_scales_rule"]),
+    ("kernel: the scale bytes read with unit block stride (scale order 'n' misread)", "harness/kernels/fused_gemm_src.py",
+     "sc = tl.load(m_base + offs_b[None, :] * stride_mb)\n", "sc = tl.load(m_base + offs_b[None, :])\n",
+     [FG + "test_fused_dequantize_every_code_and_scale_byte", FG + "test_fused_gemm_picks_out_every_finite_weight"]),
+    ("launch: scale order 'n' taken by short K loops too", "harness/kernels/launch_config.py",
+     "return \"n\" if k > SHORT_K_MAX and rows % SCALE_ALIGN", "return \"n\" if rows > 1 and rows % SCALE_ALIGN",
+     ["suites/targets/test_launch_selection.py::test_scale_order_where_rows_are_not_16_bytes"]),
+    ("fused weights: the by-experts build allocates scale order 'n' as 'k'", "harness/kernels/fused_weights.py",
+     "return t.new_empty((E, t.shape[2], t.shape[1])).transpose(1, 2)", "return t.new_empty((E,) + tuple(t.shape[1:]))",
+     [P + "test_moe_keep_codes.py::test_kernel_weights_built_by_experts_are_bitwise_the_whole_build"]),
+    ("memory model: the kernel's copy of reordered scale bytes not counted", "harness/models/shapes.py",
+     "return (n // 2 if fp4 else 0) + self.reordered_scale_bytes_per_layer(block)", "return n // 2 if fp4 else 0",
+     ["suites/multigpu/test_resident_bytes.py::test_resident_bytes_are_the_paper_figure"]),
+    ("bench moe: every row reports scale order 'k' whatever its weights take", "harness/commands/bench/moe.py",
+     "            orders = [fw.scale_order for fw in moe.experts._kernel_weights]",
+     "            orders = [\"k\", \"k\"]",
+     ["suites/properties/test_moe_bench_peer.py::test_the_report_says_which_launch_tables_run"]),
 ]
 
 

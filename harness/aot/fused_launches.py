@@ -28,7 +28,7 @@ from harness.kernels import moe_align
 
 _DT = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 _OPTIONS = ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")
-_INTS = ("N", "K", "stride_xm", "stride_om", "stride_we", "stride_wn", "stride_me", "stride_mn", "SPLIT_BLOCKS", "stride_os",
+_INTS = ("N", "K", "stride_xm", "stride_om", "stride_we", "stride_wn", "stride_me", "stride_mn", "stride_mb", "SPLIT_BLOCKS", "stride_os",
          "x_row_div")
 
 

@@ -187,7 +187,8 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
             fw.N, K,
             xk.stride(0), out.stride(0),
             run_fw.data.stride(0), run_fw.data.stride(1), sc.stride(0) if sc is not None else 0,
-            sc.stride(1) if sc is not None else 0, cfg.SPLIT_BLOCKS, P * fw.N, x_row_div)
+            sc.stride(1) if sc is not None else 0, sc.stride(2) if sc is not None else 0, cfg.SPLIT_BLOCKS, P * fw.N,
+            x_row_div)
     run_kernel(_kernel(interpret), grid, args, cfg.meta(), interpret)
     if splits > 1:  # the split sum, bias and row scale in one pass
         return _split_sum(part, out, ids, bias, row_scale, interpret)
@@ -231,7 +232,8 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, config: Optional[dict] = N
     gs = fw.gscale if fw.gscale is not None else out
     args = (out, out, out, fw.data, sc, gs, out, out, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
             fw.data.stride(0), fw.data.stride(1), sc.stride(0) if fw.scales is not None else 0,
-            sc.stride(1) if fw.scales is not None else 0, cfg.SPLIT_BLOCKS, 0, 1)
+            sc.stride(1) if fw.scales is not None else 0, sc.stride(2) if fw.scales is not None else 0,
+            cfg.SPLIT_BLOCKS, 0, 1)
     run_kernel(_kernel(vendor == "interpreter"), grid, args, cfg.meta(), vendor == "interpreter")
     return out
 

@@ -124,7 +124,10 @@ def _moe_gemm_kernel(
     x_ptr, rows_ptr, block_expert_ptr, w_ptr, scale_ptr, wgs_ptr, gs_ptr, out_ptr,
     bias_ptr, row_scale_ptr,  # HAS_BIAS: bias [E, N] float32 (row stride N); ROW_SCALE: [pairs] float32
     N, K, stride_xm, stride_om,
-    stride_we, stride_wn, stride_me, stride_mn,
+    stride_we, stride_wn,
+    # the scale bytes' expert, row and block strides: rows of K / QBLOCK bytes, or each block's N rows contiguous
+    # (FusedWeights.scale_order "n"; Triton specializes a stride of 1, so each order compiles its own loads)
+    stride_me, stride_mn, stride_mb,
     SPLIT_BLOCKS, stride_os,  # split-K: program_id(2) sums BLOCK_Ks [pid*SPLIT_BLOCKS, +SPLIT_BLOCKS) into out + pid*stride_os
     x_row_div,  # pair p reads row p // x_row_div of x (GEMM1: x holds tokens, p = token * top_k + j)
     KIND: tl.constexpr,  # 0 float weights, 1 element codes
@@ -283,9 +286,9 @@ def _moe_gemm_kernel(
                 if MULT_BCAST:  # one multiplier per QBLOCK elements, broadcast over its block
                     offs_b = k0 // QBLOCK + tl.arange(0, BLOCK_K // QBLOCK).to(tl.int64)
                     if EVEN_NK or (K_TAIL and part == 0):
-                        sc = tl.load(m_base + offs_b[None, :])
+                        sc = tl.load(m_base + offs_b[None, :] * stride_mb)
                     else:
-                        sc = tl.load(m_base + offs_b[None, :], mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
+                        sc = tl.load(m_base + offs_b[None, :] * stride_mb, mask=nmask[:, None] & (offs_b < K // QBLOCK)[None, :],
                                      other=0)
                     if S_FOLDED and S_CVT:  # E4M3 pairs -> f16x2 -> bf16 (both exact, NaN kept), x 2^119 packed
                         tl.static_assert(S_MBITS == 3 and S_BIAS == 7 and 127 - BIAS - S_FOLD_EXP == 119,
@@ -322,7 +325,7 @@ def _moe_gemm_kernel(
                     if BYTES_BF16 and BF16_TRUNC:  # the same products, computed in float32
                         wv = _bf16_top(wv)
                 else:
-                    sc = tl.load(m_base + (offs_k // QBLOCK)[None, :], mask=wmask, other=0).to(tl.int32)
+                    sc = tl.load(m_base + (offs_k // QBLOCK)[None, :] * stride_mb, mask=wmask, other=0).to(tl.int32)
                     wv = val * _block_mult(sc, gs_w, TWO_LEVEL, RAW_S, S_MBITS, S_WIDTH, S_BIAS, S_SIGN_BIT, S_SPECIALS,
                                            S_NAN_CODE, S_INF_CODE, S_MIN_NORMAL, PLAIN_SCALES)
             if DEQUANT_ONLY:

@@ -9,7 +9,8 @@ import torch
 
 import harness.formats as hf
 from harness.kernels import fp4_words
-from harness.kernels.launch_config import vendor_of, word_order as preferred_word_order
+from harness.kernels.launch_config import SCALE_ORDERS, scale_order as preferred_scale_order, vendor_of, \
+    word_order as preferred_word_order
 
 # codes a device receives at once when a layer's kernel weights are built from
 # codes on the host (from_quantized_by_experts): 512 MiB, a few experts
@@ -28,7 +29,9 @@ class FusedWeights:
     weights' device (prepared once, at conversion). No more bytes than the
     checkpoint: the kernel decodes a block's multiplier from its scale byte
     (2^(b-127) for MX; s, or fl32(s / gs[e]) in "ieee", for two-level rows),
-    so one format serves every precision."""
+    so one format serves every precision. The scale bytes may have any
+    strides (the kernel takes all three): from_quantized stores them in the
+    order launch_config.scale_order picks (`scale_order`)."""
 
     TENSORS = ("data", "scales", "gscale")  # the tensor fields (None where a format has none)
 
@@ -75,13 +78,13 @@ class FusedWeights:
         if not ok or tuple(self.data.shape) != tuple(dims):
             raise ValueError(f"fused weights ({self.fmt or 'float'}): data must be {what} of shape {list(dims)}, "
                              f"got {self.data.dtype} {list(self.data.shape)}")
-        # the kernel takes the expert and row strides as given (experts may lie far apart, checks/offsets.py)
-        # but steps along K with unit stride, and reads e2m1 rows as int32 words
-        for name in ("data", "scales"):
-            t = getattr(self, name)
-            if t is not None and t.shape[-1] > 1 and t.stride(-1) != 1:
-                raise ValueError(f"fused weights ({self.fmt or 'float'}): {name} must have unit stride along its "
-                                 f"last dimension, got strides {list(t.stride())} for shape {list(t.shape)}")
+        # the kernel takes the expert and row strides of the weights as given (experts may lie far apart,
+        # checks/offsets.py) but steps along K with unit stride, and reads e2m1 rows as int32 words; it takes
+        # all three strides of the scale bytes
+        t = self.data
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"fused weights ({self.fmt or 'float'}): data must have unit stride along its "
+                             f"last dimension, got strides {list(t.stride())} for shape {list(t.shape)}")
         if self.kind == 1 and spec.is_fp4:
             offsets = (self.data.storage_offset(), *self.data.stride()[:2])
             if any(o % 4 for o in offsets):
@@ -104,7 +107,7 @@ class FusedWeights:
 
     @classmethod
     def from_quantized(cls, q: hf.QuantizedTensor, gscale: Optional[torch.Tensor],
-                       word_order: Optional[str] = None) -> "FusedWeights":
+                       word_order: Optional[str] = None, scale_order: Optional[str] = None) -> "FusedWeights":
         """`gscale`: the per-expert global scale of a two-level row ([E], [E,
         1] or one value for all experts); None for MX rows. Codes and scale
         bytes are the quant config's tensors where they already have the
@@ -112,7 +115,8 @@ class FusedWeights:
         holds them once; e2m1 codes go into fp4_words' layout, kept as the
         words' bytes [E, N, K/2] (as many as the packed codes), in
         `word_order` (default: the one the codes' device runs best,
-        launch_config.word_order)."""
+        launch_config.word_order); scale bytes in `scale_order` (default:
+        launch_config.scale_order's, for the tensor's N and K)."""
         spec = q.spec
         codes, scales, _ = hf.dequantize_inputs(q.codes, q.scales, None, q.fmt)  # uint8 views, checked
         E, N, K = codes.shape
@@ -137,7 +141,8 @@ class FusedWeights:
         if spec.is_fp4:
             order = word_order or preferred_word_order(vendor_of(codes.device), spec.name, K)
         data = fp4_words.pack(codes, order).view(torch.uint8) if spec.is_fp4 else codes.contiguous()
-        fw = cls(1, data.contiguous(), scales.contiguous(), gs, spec.name, E, N, K, order)
+        fw = cls(1, data.contiguous(), in_scale_order(scales, scale_order or preferred_scale_order(N, K, spec.block_size)), gs,
+                 spec.name, E, N, K, order)
         fw.plain_scales = plain_scale_bytes(codes, scales, spec)
         return fw
 
@@ -170,10 +175,14 @@ class FusedWeights:
                 hf.QuantizedTensor(q.codes[e0:e1].to(device), q.scales[e0:e1].to(device), gs, q.fmt, q.scale_mode,
                                    q.rounding, q.dtype), g, word_order)
             if full is None:
-                def alloc(t):
-                    return None if t is None else t.new_empty((E,) + tuple(t.shape[1:]))
-                full = cls(part.kind, alloc(part.data), alloc(part.scales), alloc(part.gscale), part.fmt, E, N, K,
-                           part.word_order)
+                def alloc(t, order="k"):  # scale bytes in the part's order
+                    if t is None:
+                        return None
+                    if order == "n":
+                        return t.new_empty((E, t.shape[2], t.shape[1])).transpose(1, 2)
+                    return t.new_empty((E,) + tuple(t.shape[1:]))
+                full = cls(part.kind, alloc(part.data), alloc(part.scales, part.scale_order), alloc(part.gscale),
+                           part.fmt, E, N, K, part.word_order)
             for name in cls.TENSORS:
                 src = getattr(part, name)
                 if src is not None:
@@ -193,6 +202,15 @@ class FusedWeights:
         return self.data.device
 
     @property
+    def scale_order(self) -> Optional[str]:
+        """launch_config.SCALE_ORDERS: "n" where each block's N scale bytes
+        are contiguous (stored [E, K / block, N]), else "k"; None without scales."""
+        sc = self.scales
+        if sc is None:
+            return None
+        return "n" if sc.shape[1] > 1 and sc.shape[2] > 1 and sc.stride(1) == 1 else "k"
+
+    @property
     def two_level(self) -> bool:
         return self.gscale is not None
 
@@ -200,6 +218,17 @@ class FusedWeights:
         """Bytes the kernel format holds (codes, scale bytes, global scales)."""
         held = (getattr(self, name) for name in self.TENSORS)
         return sum(t.numel() * t.element_size() for t in held if t is not None)
+
+
+def in_scale_order(scales: torch.Tensor, order: str) -> torch.Tensor:
+    """Scale bytes [E, N, K / block] stored in `order` (launch_config.SCALE_ORDERS):
+    the same values at the same indices; `scales` itself where it is already
+    stored so (no copy)."""
+    if order == "k":
+        return scales.contiguous()
+    if order == "n":
+        return scales.transpose(1, 2).contiguous().transpose(1, 2)
+    raise ValueError(f"scale order {order!r}; expected one of {', '.join(SCALE_ORDERS)}")
 
 
 def plain_scale_bytes(codes: torch.Tensor, scales: torch.Tensor, spec) -> bool:

@@ -316,6 +316,10 @@ def dispatch(vendor: str) -> dict:
             "e2m1_weights": "eight codes to an int32 word (harness/kernels/fp4_words.py), each bf16 pair placed by "
                             "a rotate and a mask (two for one pair of four)",
             "e2m1_word_order": {fmt: word_order(vendor, fmt, fp4_words.GROUP) for fmt in ("mxfp4", "nvfp4")},
+            "scale_order": f"block scale bytes [E, N, K / block] in 'k' order (each row's bytes contiguous), or 'n' "
+                           f"(stored [E, K / block, N]) where K > {SHORT_K_MAX} and a row is not a multiple of "
+                           f"{SCALE_ALIGN} bytes while N is (scale_order; FusedWeights.scale_order per tensor in "
+                           "each result row)",
             "swap_mn": "decode rows with SWAP_MN run out^T = W x^T on weights in the 'mma' word order",
             "plain_scales": "MX weights whose E8M0 bytes are at most 128 and 0 only over zero codes "
                             "(FusedWeights.plain_scales, per tensor in each result row) take each multiplier from "
@@ -343,6 +347,33 @@ def word_order(vendor: str, fmt: Optional[str], k: int) -> str:
     if vendor == "cuda" and spec is not None and spec.is_fp4 and spec.is_mx and k % fp4_words.GROUP == 0:
         return "mma"
     return "k"
+
+
+SCALE_ORDERS = ("k", "n")
+# bytes a scale tile's rows are loaded in (16: one vector load, an async copy)
+SCALE_ALIGN = 16
+
+
+def scale_order(n: int, k: int, block: int) -> str:
+    """The order a weight tensor's block scale bytes [E, N, K / block] are
+    stored in (SCALE_ORDERS): "k", each row's bytes contiguous, unless the
+    row (K / block bytes) is not a multiple of SCALE_ALIGN while N is, and
+    the K loop is long (K > SHORT_K_MAX): then "n", stored [E, K / block,
+    N], each block's N bytes contiguous. A K step's scale tile then loads in
+    16-byte pieces and is pipelined like the words, where rows of
+    gpt-oss-120b's 90 (MXFP4) or 180 (NVFP4) bytes were loaded a byte at a
+    time and waited for every K step. "n" costs instructions where rows are
+    aligned (each thread's bytes read one at a time from shared memory: 414
+    -> 448 sm_90 instructions a K step of the MXFP4 decode GEMM), and a
+    short K loop has little to hide. Measured on an H200 (docs/benchmarks.md):
+    gpt-oss-120b's forward 0.84-0.87x as long at T=16 (0.88-0.94x at T=1);
+    Qwen3-30B-A3B's GEMM2 (K 768, MXFP4 rows of 24 bytes) in "n" 1.01-1.02x
+    as long, so it keeps "k". Rows of one byte: "k" (the same bytes either
+    way). The same rule on every vendor (not timed on an MI300X)."""
+    if n <= 0 or k <= 0 or k % block:
+        raise ValueError(f"scale_order: N {n}, K {k} and block {block} must be positive, K a multiple of the block")
+    rows = k // block
+    return "n" if k > SHORT_K_MAX and rows % SCALE_ALIGN and n % SCALE_ALIGN == 0 else "k"
 
 
 def operands(kind: int, bf16: bool, w_bytes: int) -> str:

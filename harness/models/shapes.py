@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.kernels.launch_config import scale_order
+
 GiB = 1 << 30
 
 
@@ -104,22 +106,38 @@ class Shape:
         n = self.expert_params_per_layer
         return n + n // block + (2 * 4 * self.experts if block == 16 else 0)
 
+    def reordered_scale_bytes_per_layer(self, block: int) -> int:
+        """The block scale bytes of one MoE layer that the fused kernel format
+        stores in its own order (launch_config.scale_order "n": rows of K /
+        block bytes that are not a multiple of 16), a copy beside the quant
+        config's: w13 [2I, H] and w2 [H, I] of the routed experts and the
+        shared expert, counted where their (N, K) take "n"."""
+        total = 0
+        for count, inter in ((self.experts, self.moe_intermediate), (1, self.shared_intermediate)):
+            for n, k in ((2 * inter, self.hidden), (self.hidden, inter)):
+                if count and inter and scale_order(n, k, block) == "n":
+                    total += count * n * k // block
+        return total
+
     def kernel_expert_bytes_per_layer(self, block: int, *, fp4: bool = True) -> int:
         """What the fused backend holds per layer on top of the quant config's
         tensors (kernels/fused_weights.FusedWeights): fp4 codes eight to a
-        32-bit word, half a byte each. The kernel format shares the rest with the config: the code
-        tensor of wider formats, the block scale bytes and the global scales."""
+        32-bit word, half a byte each, and the scale bytes it stores in its own
+        order (reordered_scale_bytes_per_layer). The kernel format shares the
+        rest with the config: the code tensor of wider formats, the other block
+        scale bytes and the global scales."""
         n = self.expert_params_per_layer
-        return n // 2 if fp4 else 0
+        return (n // 2 if fp4 else 0) + self.reordered_scale_bytes_per_layer(block)
 
     def released_expert_bytes_per_layer(self, block: int, *, fp4: bool = True) -> int:
         """What a fused layer built with keep_codes=False no longer holds per
         layer (harness.moe.experts): the unpacked codes (1 B/element) when they
         are fp4 (the kernel format packs its own copy; other widths' kernel
-        format IS the code tensor, which stays). The scale bytes and global
-        scales stay: the kernel decodes its multipliers from them."""
+        format IS the code tensor, which stays), and the config's scale bytes
+        where the kernel holds them in its own order. The other scale bytes and
+        the global scales stay: the kernel decodes its multipliers from them."""
         n = self.expert_params_per_layer
-        return n if fp4 else 0
+        return (n if fp4 else 0) + self.reordered_scale_bytes_per_layer(block)
 
     def expert_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True,
                            keep_codes: bool = True) -> int:

@@ -4,12 +4,15 @@ reachable from the FusedMoE (its experts, their quant config, kernel weights,
 scales copied onto the experts), each storage counted once, for layers that
 keep their unpacked codes and layers that released them (keep_codes=False)."""
 
+import dataclasses
+
 import pytest
 import torch
 
 import harness.moe as hm
 from harness.emulation import memory_model, synthetic_loader
 from harness.emulation.parallel import iter_tensors
+from harness.kernels.launch_config import SHORT_K_MAX
 from harness.models.shapes import SHAPES
 from harness.schemes import get_scheme
 
@@ -36,10 +39,21 @@ def activation_scale_bytes(qc) -> int:
 CASES = [("nvfp4", "ieee"), ("nvfp4", "bf16"), ("w_mxfp4_a_mxfp4", "ieee"), ("w_mxfp8", "ieee")]
 
 
+# the tiny Qwen3 shape, and the same with a hidden size whose w13 scale rows the kernel stores in its own order
+# (launch_config.scale_order "n": a long K loop, 33 or 66 scale bytes a row), a copy the model counts
+TINY = SHAPES["tiny-qwen3-moe"]
+LAYER_SHAPES = {"tiny-qwen3-moe": TINY, "wide-hidden": dataclasses.replace(TINY, hidden=SHORT_K_MAX + 32)}
+
+
+@pytest.mark.parametrize("shape", LAYER_SHAPES)
 @pytest.mark.parametrize("scheme, precision", CASES)
 @pytest.mark.parametrize("backend, keep_codes", [("unfused", True), ("fused", True), ("fused", False)])
-def test_resident_bytes_are_the_paper_figure(scheme, precision, backend, keep_codes):
-    s = SHAPES["tiny-qwen3-moe"]
+def test_resident_bytes_are_the_paper_figure(scheme, precision, backend, keep_codes, shape):
+    s = LAYER_SHAPES[shape]
+    if shape == "wide-hidden":
+        assert s.reordered_scale_bytes_per_layer(16) > 0 and s.reordered_scale_bytes_per_layer(32) > 0
+    else:
+        assert s.reordered_scale_bytes_per_layer(16) == s.reordered_scale_bytes_per_layer(32) == 0
     if backend == "unfused" and precision != "ieee":
         pytest.skip("the precision is a fused-backend setting")
     g = torch.Generator().manual_seed(0)

@@ -105,8 +105,9 @@ def test_fused_weights_refuse_a_layout_the_kernel_would_misread():
 
 
 def test_fused_weights_refuse_strides_and_global_scales_the_kernel_would_misread():
-    """Strides: unit along K, and (e2m1) byte offset and expert / row strides
-    in whole int32 words; experts may lie anywhere apart. Global scale: one
+    """Strides of the weights: unit along K, and (e2m1) byte offset and expert
+    / row strides in whole int32 words; experts may lie anywhere apart. Scale
+    bytes take any strides. Global scale: one
     contiguous float32 per expert for two-level formats, none for MX (the
     kernel divides by it exactly when it is there)."""
     from harness.kernels.fused_weights import FusedWeights
@@ -122,8 +123,10 @@ def test_fused_weights_refuse_strides_and_global_scales_the_kernel_would_misread
     with pytest.raises(ValueError, match=r"mxfp4\): data must have unit stride along its last dimension"):
         FusedWeights(1, torch.zeros(E, K // 2, N, dtype=torch.uint8).transpose(1, 2), mx_scales, None, "mxfp4",
                      E, N, K)
-    with pytest.raises(ValueError, match=r"scales must have unit stride"):
-        FusedWeights(1, data, torch.zeros(E, K // 32, N, dtype=torch.uint8).transpose(1, 2), None, "mxfp4", E, N, K)
+    # scale bytes: any strides (the kernel takes all three), e.g. each block's rows contiguous (scale order "n")
+    assert FusedWeights(1, data, mx_scales, None, "mxfp4", E, N, K).scale_order == "k"
+    n_order = torch.zeros(E, K // 32, N, dtype=torch.uint8).transpose(1, 2)
+    assert FusedWeights(1, data, n_order, None, "mxfp4", E, N, K).scale_order == "n"
     with pytest.raises(ValueError, match=r"storage offset and expert / row strides \[1, 128, 32\]"):
         FusedWeights(1, torch.zeros(E * N * K // 2 + 1, dtype=torch.uint8)[1:].view(E, N, K // 2), mx_scales, None,
                      "mxfp4", E, N, K)

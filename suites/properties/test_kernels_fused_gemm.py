@@ -38,8 +38,9 @@ def _flag_id(flags):
     return "-".join(k.lower() for k, v in flags.items() if v) or "plain"
 
 
-def every_code_and_scale(fmt: str) -> hf.QuantizedTensor:
-    """Codes [E, 256, K]: row n holds code (k + n) % n_codes at k, every
+def every_code_and_scale(fmt: str, reps: int = 1) -> hf.QuantizedTensor:
+    """Codes [E, 256, K] (K the shortest row that holds the pattern, times
+    `reps`): row n holds code (k + n) % n_codes at k, every
     element code (cycled; in fp4's eight-code words, every code in every
     position of a word across rows), and block b of row n has scale byte
     (n + 37 b) % 256, so each code meets each of the 256 scale bytes (E8M0
@@ -47,7 +48,7 @@ def every_code_and_scale(fmt: str) -> hf.QuantizedTensor:
     negatives, NaN) in every block position."""
     spec = hf.FORMATS[fmt]
     n_codes = 1 << spec.element.width
-    K = math.lcm(n_codes, 2 * spec.block_size)
+    K = math.lcm(n_codes, 2 * spec.block_size) * reps
     E = 1 if spec.is_mx else len(TWO_LEVEL_GS)
     codes = ((torch.arange(K) + torch.arange(256)[:, None]) % n_codes).to(torch.uint8).expand(E, 256, K).contiguous()
     blocks = K // spec.block_size
@@ -56,8 +57,18 @@ def every_code_and_scale(fmt: str) -> hf.QuantizedTensor:
     return hf.QuantizedTensor(codes, scales.expand(E, 256, blocks).contiguous(), gs, fmt)
 
 
-def _fused_weights(q: hf.QuantizedTensor) -> FusedWeights:
-    return FusedWeights.from_quantized(q, None if q.global_scale is None else q.global_scale.reshape(-1))
+def _fused_weights(q: hf.QuantizedTensor, scale_order=None) -> FusedWeights:
+    fw = FusedWeights.from_quantized(q, None if q.global_scale is None else q.global_scale.reshape(-1),
+                                     scale_order=scale_order)
+    assert scale_order is None or fw.scale_order == scale_order
+    return fw
+
+
+# the scale bytes' two orders (launch_config.scale_order): every_code_and_scale's rows of 2-8 blocks take "n"
+SCALE_ORDERS = ("k", "n")
+# on the device also rows of 16-64 blocks in order "k" (every_code_and_scale's K times 8): rows a multiple of 16
+# bytes, whose scale tiles load as vectors and are pipelined like the words (Mixtral's and Qwen3's layout)
+GPU_SCALE_LAYOUTS = [("k", 1), ("n", 1), ("k", 8)]
 
 
 MX_FORMATS = [f for f in hf.FORMAT_NAMES if hf.FORMATS[f].is_mx]
@@ -78,22 +89,25 @@ def plain_bytes_only(q: hf.QuantizedTensor) -> hf.QuantizedTensor:
     return hf.QuantizedTensor(codes, scales, q.global_scale, q.fmt)
 
 
+@pytest.mark.parametrize("order", SCALE_ORDERS)
 @pytest.mark.parametrize("flags", DECODE_FLAGS, ids=_flag_id)
 @pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
-def test_fused_dequantize_every_code_and_scale_byte(fmt, flags):
+def test_fused_dequantize_every_code_and_scale_byte(fmt, flags, order):
     q = every_code_and_scale(fmt)
-    got = fused_gemm.fused_dequantize(_fused_weights(q), dict(flags))
-    assert_bitwise_equal(got, hf.dequantize(q), f"{fmt} {flags}")
+    got = fused_gemm.fused_dequantize(_fused_weights(q, order), dict(flags))
+    assert_bitwise_equal(got, hf.dequantize(q), f"{fmt} {flags} scale order {order}")
 
 
+@pytest.mark.parametrize("order", SCALE_ORDERS)
 @pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
-def test_fused_gemm_picks_out_every_finite_weight(fmt):
+def test_fused_gemm_picks_out_every_finite_weight(fmt, order):
     """x = the identity: row k of x @ W[e].T is column k of W[e], exactly
     (one product by 1, the others +-0), so the GEMM launch's in-loop decode is
     checked value by value. Weights that are not finite (special codes,
     products past float32's range) become code 0 and NaN scales 1.0 here;
     the dequant-only test covers them."""
-    _assert_one_hot_rows_pick_out_each_weight(_finite_only(every_code_and_scale(fmt)), _fused_weights)
+    _assert_one_hot_rows_pick_out_each_weight(_finite_only(every_code_and_scale(fmt)),
+                                              lambda q: _fused_weights(q, order))
 
 
 def _finite_only(q: hf.QuantizedTensor) -> hf.QuantizedTensor:
@@ -129,18 +143,19 @@ def _assert_one_hot_rows_pick_out_each_weight(q, build, extra=({},)):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("order,reps", GPU_SCALE_LAYOUTS)
 @pytest.mark.parametrize("fmt", hf.FORMAT_NAMES)
-def test_fused_dequantize_every_code_and_scale_byte_gpu(fmt, gpu_device):
+def test_fused_dequantize_every_code_and_scale_byte_gpu(fmt, order, reps, gpu_device):
     """The same on the device, with the tuned tables' configuration too:
     FAST_DECODE is exact only where the target keeps float32 denormals."""
-    q = every_code_and_scale(fmt)
+    q = every_code_and_scale(fmt, reps)
     want = hf.dequantize(q)
     qd = hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device),
                             None if q.global_scale is None else q.global_scale.to(gpu_device), fmt)
-    fw = _fused_weights(qd)
+    fw = _fused_weights(qd, order)
     for flags in [None] + DECODE_FLAGS:
         got = fused_gemm.fused_dequantize(fw, None if flags is None else dict(flags)).cpu()
-        assert_bitwise_equal(got, want, f"{fmt} {flags or 'tuned table'}")
+        assert_bitwise_equal(got, want, f"{fmt} {flags or 'tuned table'} scale order {order}")
 
 
 # ---- BF16_DECODE: packed e2m1 built and scaled in bf16 (GPU tables; the
@@ -332,8 +347,9 @@ def _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch) -> dict:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("order,reps", GPU_SCALE_LAYOUTS)
 @pytest.mark.parametrize("fmt,plain", FORMATS_PLAIN)
-def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, gpu_device, monkeypatch):
+def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, order, reps, gpu_device, monkeypatch):
     """Precision "bf16" GEMM launch with one-hot rows, tables' BF16_DECODE on
     (bf16 multiplies, and ROCm's float32 multiplies truncated: BF16_TRUNC)
     and off: the outputs agree bit for bit, and for MX formats (no post
@@ -342,7 +358,7 @@ def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, gpu_device, mon
     every E4M3 s, its 2^-7 given back before the post factor. `plain`: the
     scale bytes FusedWeights.plain_scales allows, the multipliers built from
     the bytes' bits (the tables' decode launches on such weights)."""
-    q = plain_bytes_only(every_code_and_scale(fmt)) if plain else every_code_and_scale(fmt)
+    q = plain_bytes_only(every_code_and_scale(fmt, reps)) if plain else every_code_and_scale(fmt, reps)
     spec = q.spec
     finite = torch.isfinite(_bf16_operands(q).float())
     scales_ok = torch.isfinite(_bf16_operands(hf.QuantizedTensor(torch.full_like(q.codes, 2), q.scales,
@@ -356,7 +372,7 @@ def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, gpu_device, mon
     ids = torch.arange(E, device=gpu_device).repeat_interleave(K)
     qd = hf.QuantizedTensor(q.codes.to(gpu_device), q.scales.to(gpu_device),
                             None if q.global_scale is None else q.global_scale.to(gpu_device), fmt)
-    fw = _fused_weights(qd)
+    fw = _fused_weights(qd, order)
     assert fw.plain_scales is plain
     a_gs = torch.tensor(1.0, device=gpu_device)
     outs = _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch)

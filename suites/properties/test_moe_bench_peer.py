@@ -126,11 +126,13 @@ def test_peer_none_leaves_it_out():
     assert result["peer"]["absent"] == "left out (--peer none)"
 
 
-def test_the_report_says_which_launch_tables_run():
+def test_the_report_says_which_launch_tables_run(monkeypatch):
     """Every bench moe report holds the dispatch of its device (launch tables by
     operand class, their rows' tiles and decode flags, the e2m1 word order
-    per format); on ROCm the bf16 code rows show BF16_TRUNC, on CUDA the
-    decode rows SWAP_MN and MXFP4 the "mma" order."""
+    per format, the scale order rule); on ROCm the bf16 code rows show
+    BF16_TRUNC, on CUDA the decode rows SWAP_MN and MXFP4 the "mma" order.
+    Each row says which multiplier decode and which scale order (w13, w2)
+    its weights take."""
     from harness.kernels import launch_config as lc
 
     result = bench.run(_args("--schemes", "w_mxfp4", "--peer", "none"))
@@ -153,5 +155,12 @@ def test_the_report_says_which_launch_tables_run():
     assert fused and all(r["plain_scales"] == [True, True] for r in fused)
     nv = bench.run(_args("--schemes", "nvfp4", "--peer", "none"))
     assert all(r["plain_scales"] == [False, False] for r in nv["results"] if r["scheme"] == "nvfp4")
+    # the tiny shape's rows of 2-4 scale bytes are a short K loop: "k"; with the rule giving "n", the rows say so
+    assert "scale_order" in d and all(r["scale_order"] == ["k", "k"] for r in fused)
+    from harness.kernels import fused_weights
+
+    monkeypatch.setattr(fused_weights, "preferred_scale_order", lambda n, k, block: "n")
+    n_rows = _rows(bench.run(_args("--schemes", "w_mxfp4", "--peer", "none")), scheme="w_mxfp4")
+    assert n_rows and all(r["scale_order"] == ["n", "n"] for r in n_rows)
     with pytest.raises(ValueError, match="unknown vendor 'tpu'"):
         lc.dispatch("tpu")

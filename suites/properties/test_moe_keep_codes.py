@@ -15,6 +15,7 @@ import torch
 import harness.formats as hf
 import harness.moe as hm
 from harness.emulation.moe_swap import OracleMoE, keep_codes_for
+from harness.kernels import launch_config as lc
 from harness.kernels.fused_weights import FusedWeights
 from harness.moe.config import CodesReleasedError
 from harness.testing.checks.bitwise import assert_bitwise_equal
@@ -74,18 +75,30 @@ def test_shape_facts_answer_and_the_given_config_is_not_written(problem):
     assert_bitwise_equal(lean.apply(problem["x"], w, ids), keep.apply(problem["x"], w, ids), "experts.apply")
 
 
+@pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("keep_codes", [True, False])
-def test_codes_are_freed_not_moved(problem, keep_codes):
-    qc = hm.build_quant_config("w_mxfp4_a_mxfp4", problem["w13"], problem["w2"])
+def test_codes_are_freed_not_moved(problem, keep_codes, wide):
+    """`wide`: w13's K a long loop of 33 scale bytes a row, which the kernel
+    stores in scale order "n" (launch_config.scale_order), a copy of its own."""
+    w13, w2 = problem["w13"], problem["w2"]
+    if wide:
+        g = torch.Generator().manual_seed(8)
+        k = lc.SHORT_K_MAX + 32
+        w13, w2 = torch.randn(E, 2 * I, k, generator=g) * 0.1, torch.randn(E, k, I, generator=g) * 0.1
+    qc = hm.build_quant_config("w_mxfp4_a_mxfp4", w13, w2)
     refs = [weakref.ref(t) for t in (qc.w13_q.codes, qc.w13_q.scales, qc.w2_q.codes, qc.w2_q.scales)]
     experts = hm.make_experts(qc, backend="fused", keep_codes=keep_codes)
     del qc
     gc.collect()
     alive = [r() is not None for r in refs]
-    # the unpacked codes go; the scale bytes stay, once: the kernel format decodes its multipliers from them
-    assert alive == [keep_codes, True, keep_codes, True], alive
+    # the unpacked codes go; the scale bytes stay, once: the kernel format decodes its multipliers from them.
+    # In scale order "n" the kernel holds its own copy, and the config's bytes go with its codes
+    shared = [fw.scale_order == "k" for fw in experts._kernel_weights]
+    assert shared == [not wide, True]
+    assert alive == [keep_codes, keep_codes or shared[0], keep_codes, keep_codes or shared[1]], alive
     assert experts._kernel_weights[0].data.dtype == torch.uint8  # the packed copy stays
-    assert experts._kernel_weights[0].scales is refs[1]() and experts._kernel_weights[1].scales is refs[3]()
+    for fw, ref, share in zip(experts._kernel_weights, refs[1::2], shared):
+        assert (fw.scales is ref()) == share
 
 
 def test_every_reader_of_released_codes_fails_clearly(problem):
@@ -140,31 +153,35 @@ def test_swapper_passes_keep_codes_false_to_the_builder(problem):
 
 def assert_same_kernel_weights(got, want, what) -> None:
     """Every tensor field of two FusedWeights: both absent, or the same dtype,
-    shape and bytes."""
+    shape, strides (so the scale bytes' order) and bytes."""
+    assert got.scale_order == want.scale_order, what
     for name in FusedWeights.TENSORS:
         a, b = getattr(got, name), getattr(want, name)
         assert (a is None) == (b is None), (what, name)
         if b is not None:
-            assert (a.dtype, a.shape) == (b.dtype, b.shape), (what, name)
+            assert (a.dtype, a.shape, a.stride()) == (b.dtype, b.shape, b.stride()), (what, name)
             assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)), (what, name)
 
 
+@pytest.mark.parametrize("k", [H, lc.SHORT_K_MAX + 32])
 @pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8"])
 @pytest.mark.parametrize("chunk_experts", [1, 3, E])
-def test_kernel_weights_built_by_experts_are_bitwise_the_whole_build(scheme, chunk_experts):
+def test_kernel_weights_built_by_experts_are_bitwise_the_whole_build(scheme, chunk_experts, k):
     """The loader's lean path (codes on the host, kernel weights built on the
     device a few experts at a time) holds exactly the tensors of the one-shot
     build: every field bitwise, in every chunking (1 expert, a chunk that does
-    not divide E, all at once)."""
+    not divide E, all at once), and in both scale orders (K = H: "k"; a long
+    K loop of 33 or 66 scale bytes a row: "n", launch_config.scale_order)."""
     g = torch.Generator().manual_seed(5)
-    q, gs = hm.quantize_expert_weights(torch.randn(E, 2 * I, H, generator=g) * 0.1, scheme)
-    per_expert = 2 * I * H
+    q, gs = hm.quantize_expert_weights(torch.randn(E, 2 * I, k, generator=g) * 0.1, scheme)
+    assert FusedWeights.from_quantized(q, gs).scale_order == ("k" if k == H else "n")
+    per_expert = 2 * I * k
     whole = FusedWeights.from_quantized(q, gs)
     parts = FusedWeights.from_quantized_by_experts(q, gs, "cpu", chunk_bytes=chunk_experts * per_expert)
     assert (parts.kind, parts.fmt, parts.E, parts.N, parts.K) == (whole.kind, whole.fmt, whole.E, whole.N, whole.K)
     assert_same_kernel_weights(parts, whole, scheme)
     empty = hf.QuantizedTensor(q.codes[:0], q.scales[:0], None, q.fmt, q.scale_mode)
-    with pytest.raises(ValueError, match=r"no experts to build \(codes \[0, 64, 64\]\)"):
+    with pytest.raises(ValueError, match=rf"no experts to build \(codes \[0, 64, {k}\]\)"):
         FusedWeights.from_quantized_by_experts(empty, None if gs is None else gs[:0], "cpu")
 
 

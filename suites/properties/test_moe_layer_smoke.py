@@ -207,21 +207,37 @@ def test_fused_gemm_tiles_that_do_not_divide(scheme):
             assert torch.equal(tail.view(torch.int32), masked.view(torch.int32))
 
 
+# a hidden size whose w13 scale rows take the kernel's scale order "n" (launch_config.scale_order: a long K loop,
+# 33 or 66 scale bytes a row)
+WIDE_H = lc.SHORT_K_MAX + 32
+
+
+@pytest.mark.parametrize("hidden", [H, WIDE_H])
 @pytest.mark.parametrize("scheme", ["nvfp4", "w_mxfp4_a_mxfp4", "w_mxfp8"])
-def test_fused_layer_holds_no_more_than_the_checkpoint(problem, scheme):
+def test_fused_layer_holds_no_more_than_the_checkpoint(problem, scheme, hidden):
     """The kernel format is the checkpoint's bytes: fp4 codes packed two a
-    byte (wider codes: the config's own code tensor), the config's own block
-    scale bytes (the kernel decodes each multiplier) and, for two-level rows,
+    byte (wider codes: the config's own code tensor), the config's block
+    scale bytes (the kernel decodes each multiplier; the config's own tensor,
+    or a copy in the kernel's scale order) and, for two-level rows,
     one float32 global scale per expert; 0.53 B a weight for MXFP4, 0.5625
     for NVFP4. A global scale that is not one per expert (or one for all), or
     one given to an MX row, is refused, naming the shapes."""
     w13, w2, x, lg, a1, a2 = problem
+    if hidden != H:
+        g = torch.Generator().manual_seed(9)
+        w13, w2 = torch.randn(E, 2 * I, hidden, generator=g) * 0.1, torch.randn(E, hidden, I, generator=g) * 0.1
     moe = hm.build_emulated_moe(scheme, w13, w2, top_k=K, a1_gscale=a1, a2_gscale=a2, backend="fused")
     qc = moe.quant_config
     spec = qc.scheme.weight_spec
+    orders = []
     for fw, q, gs in zip(moe.experts._kernel_weights, (qc.w13_q, qc.w2_q), (qc.w13_gscale, qc.w2_gscale)):
         n = fw.E * fw.N * fw.K
-        assert fw.scales.dtype == torch.uint8 and fw.scales.data_ptr() == q.scales.data_ptr()
+        assert fw.scales.dtype == torch.uint8 and torch.equal(fw.scales, q.scales)
+        # the config's scale bytes themselves, or (launch_config.scale_order "n": WIDE_H's w13) a copy in the
+        # kernel's order; the config's stay as they are
+        assert fw.scale_order == lc.scale_order(fw.N, fw.K, spec.block_size)
+        assert (fw.scales.data_ptr() == q.scales.data_ptr()) == (fw.scale_order == "k") and q.scales.is_contiguous()
+        orders.append(fw.scale_order)
         if spec.is_fp4:  # eight codes a 32-bit word (fp4_words), half a byte each
             assert fw.data.dtype == torch.uint8 and fw.data.numel() == n // 2
         else:
@@ -232,6 +248,7 @@ def test_fused_layer_holds_no_more_than_the_checkpoint(problem, scheme):
             assert torch.equal(fw.gscale, gs.reshape(-1).float())
         code_bytes = n // 2 if spec.is_fp4 else n
         assert fw.nbytes() == code_bytes + n // spec.block_size + (4 * fw.E if spec.is_two_level else 0)
+    assert orders == (["n", "k"] if hidden == WIDE_H else ["k", "k"])
     q, gs = qc.w13_q, qc.w13_gscale
     if spec.is_two_level:
         with pytest.raises(ValueError, match=rf"global scale of 2 values for {E} experts \(shape \[2\]\)"):

@@ -71,3 +71,26 @@ def test_set_row_reaches_every_later_launch():
     assert lc.select_launch("gemm", "cuda", **kw).BLOCK_N == old.BLOCK_N
     with pytest.raises(ValueError, match="no launch row"):
         lc.set_row("GPU_CONFIGS", "huge", row)
+
+
+def test_scale_order_where_rows_are_not_16_bytes():
+    """launch_config.scale_order: scale rows (K / block bytes) that are not a
+    multiple of 16 are stored "n" (each block's N bytes contiguous) where N
+    is and the K loop is long (K > SHORT_K_MAX); every other tensor keeps
+    "k". The model families' expert GEMMs, as (N, K) of w13 and w2: only
+    gpt-oss' K of 2880 (90 / 180 bytes a row) takes "n" (Qwen3's GEMM2, K
+    768 with MXFP4 rows of 24 bytes, is a short loop)."""
+    shapes = {"gpt-oss-120b": ((5760, 2880), (2880, 2880)), "mixtral": ((28672, 4096), (4096, 14336)),
+              "qwen3-30b-a3b": ((1536, 2048), (2048, 768)), "deepseek-v3": ((4096, 7168), (7168, 2048))}
+    for shape, gemms in shapes.items():
+        for n, k in gemms:
+            for block in (32, 16):
+                want = "n" if shape == "gpt-oss-120b" else "k"
+                assert lc.scale_order(n, k, block) == want, (shape, n, k, block)
+    k = lc.SHORT_K_MAX + 32  # 33 blocks of 32
+    assert lc.scale_order(64, k, 32) == "n" and lc.scale_order(64, k - 64, 32) == "k"  # a short K loop
+    assert lc.scale_order(64, 16 * 32 * 3, 32) == "k"  # rows of 48 bytes
+    assert lc.scale_order(40, k, 32) == "k"  # N not a multiple of 16 either: nothing aligns
+    for n, k, block in ((0, 64, 32), (64, 48, 32), (64, -32, 32)):
+        with pytest.raises(ValueError, match=f"N {n}, K {k} and block {block}"):
+            lc.scale_order(n, k, block)

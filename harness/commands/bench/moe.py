@@ -163,6 +163,7 @@ def run(args) -> dict:
             prec = moe.experts._precision(device)
             # which multiplier decode the weights allow (FusedWeights.plain_scales), w13 then w2
             plain = [fw.plain_scales for fw in moe.experts._kernel_weights]
+            orders = [fw.scale_order for fw in moe.experts._kernel_weights]  # launch_config.scale_order
             for T, (x, lg) in inputs.items():
                 routed = limits.routed_experts(lg, k)
                 read_routed = limits.read_limit_ms(routed, H, I, fmt, lim["copy_gbps"])
@@ -180,6 +181,7 @@ def run(args) -> dict:
                     rows.append({
                         "shape": shape, "T": T, "scheme": scheme, "weight_format": fmt,
                         "path": f"{mode}{' (auto)' if mode == auto else ''} ({prec})", "plain_scales": plain,
+                        "scale_order": orders,
                         **r, "best_ms": best,
                         "routed_experts": routed, "read_limit_ms": read_routed,
                         "tc_limit_ms": limits.tc_limit_ms(T, k, H, I, lim["bf16_tflops"]),
