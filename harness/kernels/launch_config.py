@@ -338,7 +338,8 @@ def word_order(vendor: str, fmt: Optional[str], k: int) -> str:
     SWAP_MN), else "k". Measured on an H200 (docs/benchmarks.md): MXFP4
     decode GEMMs 1.02-1.11x faster at 16 tokens (0.92-1.10x at one);
     NVFP4's 0.86-1.09x (its E4M3 block multipliers decoded per fragment
-    lane; 0.79-1.01x with them converted by the hardware, S_CVT), so NVFP4
+    lane; 0.79-1.01x with them converted by the hardware, S_CVT; 0.98-1.02x
+    with gpt-oss' scale bytes in order "n", scale_order), so NVFP4
     keeps "k"; ROCm's MFMA
     operand fragments hold four K neighbours, not two, and keep "k"."""
     if vendor not in VENDORS:
@@ -366,10 +367,11 @@ def scale_order(n: int, k: int, block: int) -> str:
     aligned (each thread's bytes read one at a time from shared memory: 414
     -> 448 sm_90 instructions a K step of the MXFP4 decode GEMM), and a
     short K loop has little to hide. Measured on an H200 (docs/benchmarks.md):
-    gpt-oss-120b's forward 0.84-0.87x as long at T=16 (0.88-0.94x at T=1);
-    Qwen3-30B-A3B's GEMM2 (K 768, MXFP4 rows of 24 bytes) in "n" 1.01-1.02x
-    as long, so it keeps "k". Rows of one byte: "k" (the same bytes either
-    way). The same rule on every vendor (not timed on an MI300X)."""
+    gpt-oss-120b's forward 0.82-0.87x as long at T=16 (0.83-1.00x at T=1);
+    Qwen3-30B-A3B's forward with its GEMM2 (K 768, MXFP4 rows of 24 bytes)
+    in "n" 1.00-1.04x as long, so short loops keep "k". Rows of one byte:
+    "k" (the same bytes either way). The same rule on every vendor (not
+    timed on an MI300X)."""
     if n <= 0 or k <= 0 or k % block:
         raise ValueError(f"scale_order: N {n}, K {k} and block {block} must be positive, K a multiple of the block")
     rows = k // block
