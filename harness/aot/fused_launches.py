@@ -9,7 +9,8 @@ of the format table (and float weights for the "bf16" baseline), precision
 (with a short K loop where the tables have a row for it, and the BLOCK_K a
 K with a tail steps down to) and both launches
 of mode "predequant", MX weights with and without plain scale bytes
-(FusedWeights.plain_scales), masked and unmasked N/K tails, and every epilogue a
+(FusedWeights.plain_scales), both scale-byte orders (launch_config.scale_order),
+masked and unmasked N/K tails, and every epilogue a
 GEMM launch can get (EPILOGUES: none, the router weights of GEMM2, the bias
 of gpt-oss's GEMM1, both; the bias stays on the host after a post factor).
 """
@@ -67,31 +68,41 @@ def weight_formats():
     return list(FORMAT_NAMES)
 
 
+# The scale bytes' orders (launch_config.scale_order) as the launcher specialises them: Triton binds an integer
+# argument of 1 as a constant, the block stride in order "k" and the row stride in order "n" (named ".n")
+SCALE_ORDER_STRIDES = (("", {"stride_mb": 1}), (".n", {"stride_mn": 1}))
+
+
 def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
     """The launches on element codes of one format: mode "fused" (with a
     short K loop where the tables have a row for it, and with a K tail: masks on
-    the last BLOCK_K only) and mode "predequant"'s dequant pass. `plain`:
-    FusedWeights.plain_scales (MX weights), named ".plain" after the format."""
+    the last BLOCK_K only) and mode "predequant"'s dequant pass, each in both
+    scale orders (SCALE_ORDER_STRIDES) but the short K loop's, which keeps
+    "k". `plain`: FusedWeights.plain_scales (MX weights), named ".plain"
+    after the format."""
     bf16 = prec == "bf16"
     x_dt = torch.bfloat16 if bf16 else torch.float32
     post = bf16 and get_format(fmt).has_global_scale  # 1/(gs_w * gs_a) after the dot
-    name = fmt + (".plain" if plain else "")
     codes = _gemm_types(x_dt, torch.uint8, codes=True)
     kw = dict(kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, override=ov, plain_scales=plain)
-    fused = None
-    for epi, fused in gemms("gemm", k=0, **kw):
-        yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}{epi}", codes, fused.meta())
-    for epi, short in gemms("gemm", k=SHORT_K_MAX, **kw):
-        if short.row != fused.row:  # a short K loop (K <= SHORT_K_MAX) takes a row of its own
-            yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", codes, short.meta())
-    if not ov.get("EVEN_NK"):  # a K with a tail of BLOCK_K: masks on the last BLOCK_K only
-        for epi, ktail in gemms("gemm", k=0, **dict(kw, override=dict(ov, K_TAIL=True))):
-            yield _variant(k, f"fused.{name}.{prec}.bm{bm}.ktail{epi}", codes, ktail.meta())
-    if bm == BLOCK_MS[0]:
-        meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov, plain_scales=plain).meta()
-        types = dict(codes, x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt), block_expert_ptr=ptr(x_dt), gs_ptr=ptr(x_dt),
-                     wgs_ptr="*fp32" if get_format(fmt).is_two_level else ptr(x_dt), out_ptr=ptr(x_dt))
-        yield _variant(k, f"predequant.dequant.{name}.{_DT[x_dt]}.{tail}", types, meta)
+    for order, strides in SCALE_ORDER_STRIDES:
+        name = fmt + (".plain" if plain else "") + order
+        fused = None
+        for epi, fused in gemms("gemm", k=0, **kw):
+            yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}{epi}", codes, dict(fused.meta(), **strides))
+        for epi, short in gemms("gemm", k=SHORT_K_MAX, **kw):
+            # a short K loop (K <= SHORT_K_MAX) takes a row of its own, and scale order "k"
+            if short.row != fused.row and not order:
+                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", codes,
+                               dict(short.meta(), **strides))
+        if not ov.get("EVEN_NK"):  # a K with a tail of BLOCK_K: masks on the last BLOCK_K only
+            for epi, ktail in gemms("gemm", k=0, **dict(kw, override=dict(ov, K_TAIL=True))):
+                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.ktail{epi}", codes, dict(ktail.meta(), **strides))
+        if bm == BLOCK_MS[0]:
+            meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov, plain_scales=plain).meta()
+            types = dict(codes, x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt), block_expert_ptr=ptr(x_dt), gs_ptr=ptr(x_dt),
+                         wgs_ptr="*fp32" if get_format(fmt).is_two_level else ptr(x_dt), out_ptr=ptr(x_dt))
+            yield _variant(k, f"predequant.dequant.{name}.{_DT[x_dt]}.{tail}", types, dict(meta, **strides))
 
 
 def gemm_variants(backend: str):

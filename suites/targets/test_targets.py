@@ -274,6 +274,29 @@ def test_launches_with_integer_arguments_compile_in_both_specialisations():
         targets._arg_attrs(t, sig, "div8")
 
 
+def test_code_launches_compile_in_both_scale_orders():
+    """The scale bytes' two orders (launch_config.scale_order) as Triton's
+    launcher binds their unit stride: every launch on element codes has the
+    block stride bound to 1 ("k"), and each but the short-K row's also runs
+    as ".n" with the row stride bound to 1 instead; on both backends, for
+    every weight format."""
+    from harness.formats import FORMAT_NAMES
+
+    for backend in ("cuda", "hip"):
+        items = targets.work_list(["_moe_gemm_kernel"], ["fused.*", "predequant.dequant.*"], backend)
+        code = [i for i in items if not i["config"].startswith("fused.float.")]
+        n_order = [i for i in code if ".n." in i["config"]]
+        k_order = [i for i in code if ".n." not in i["config"]]
+        assert n_order and all(i["constexprs"].get("stride_mn") == 1 and "stride_mb" not in i["constexprs"]
+                               for i in n_order)
+        assert all(i["constexprs"].get("stride_mb") == 1 and "stride_mn" not in i["constexprs"] for i in k_order)
+        assert not [i for i in n_order if ".shortk" in i["config"]]
+        for fmt in FORMAT_NAMES:  # the same launches in both orders (".n" after the format and ".plain")
+            ks = {i["config"] for i in k_order if f".{fmt}." in i["config"] and ".shortk" not in i["config"]}
+            ns = {i["config"].replace(".n.", ".", 1) for i in n_order if f".{fmt}." in i["config"]}
+            assert ks and ks == ns, (backend, fmt, sorted(ks ^ ns)[:6])
+
+
 # ---------------------------------------------------------------- faults shown red
 
 
