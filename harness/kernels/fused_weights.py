@@ -141,8 +141,8 @@ class FusedWeights:
         if spec.is_fp4:
             order = word_order or preferred_word_order(vendor_of(codes.device), spec.name, K)
         data = fp4_words.pack(codes, order).view(torch.uint8) if spec.is_fp4 else codes.contiguous()
-        fw = cls(1, data.contiguous(), in_scale_order(scales, scale_order or preferred_scale_order(N, K, spec.block_size)), gs,
-                 spec.name, E, N, K, order)
+        scales_k = in_scale_order(scales, scale_order or preferred_scale_order(N, K, spec.block_size))
+        fw = cls(1, data.contiguous(), scales_k, gs, spec.name, E, N, K, order)
         fw.plain_scales = plain_scale_bytes(codes, scales, spec)
         return fw
 

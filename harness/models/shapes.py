@@ -108,9 +108,9 @@ class Shape:
 
     def reordered_scale_bytes_per_layer(self, block: int) -> int:
         """The block scale bytes of one MoE layer that the fused kernel format
-        stores in its own order (launch_config.scale_order "n": rows of K /
-        block bytes that are not a multiple of 16), a copy beside the quant
-        config's: w13 [2I, H] and w2 [H, I] of the routed experts and the
+        stores in its own order (launch_config.scale_order "n": long K loops
+        whose rows of K / block bytes are not a multiple of 16), a copy beside
+        the quant config's: w13 [2I, H] and w2 [H, I] of the routed experts and the
         shared expert, counted where their (N, K) take "n"."""
         total = 0
         for count, inter in ((self.experts, self.moe_intermediate), (1, self.shared_intermediate)):
