@@ -361,9 +361,10 @@ def scale_order(n: int, k: int, block: int) -> str:
     row (K / block bytes) is not a multiple of SCALE_ALIGN while N is, and
     the K loop is long (K > SHORT_K_MAX): then "n", stored [E, K / block,
     N], each block's N bytes contiguous. A K step's scale tile then loads in
-    16-byte pieces and is pipelined like the words, where rows of
-    gpt-oss-120b's 90 (MXFP4) or 180 (NVFP4) bytes were loaded a byte at a
-    time and waited for every K step. "n" costs instructions where rows are
+    16-byte pieces and is pipelined like the words; in "k", rows of
+    gpt-oss-120b's 90 (MXFP4) or 180 (NVFP4) bytes load a byte at a time,
+    waited for every K step (Triton knows only a multiple of 16 as
+    aligned). "n" costs instructions where rows are
     aligned (each thread's bytes read one at a time from shared memory: 414
     -> 448 sm_90 instructions a K step of the MXFP4 decode GEMM), and a
     short K loop has little to hide. Measured on an H200 (docs/benchmarks.md):
