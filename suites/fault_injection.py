@@ -314,10 +314,10 @@ FAULTS += [
      "            topk_weights = torch.ones_like(topk_weights)\n", "            pass\n",
      [R + "test_family_router_weight_on_input.py::test_weight_on_the_input_only"]),
     ("experts: bias added before the dequantized GEMM's scale", "harness/moe/experts.py",
-     "self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias)",
+     "self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias, x_scaled=scaled1)",
      "self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias if self.w13_bias is None "
      "or self.quant_config is None or self.quant_config.w13_gscale is None "
-     "else self.w13_bias / self.quant_config.w13_gscale.reshape(-1, 1))",
+     "else self.w13_bias / self.quant_config.w13_gscale.reshape(-1, 1), x_scaled=scaled1)",
      [R + "test_family_bias_after_scale.py::test_bias_after_the_scale"]),
     ("experts: activation format taken from the weight row", "harness/moe/experts.py",
      "    def quant_dtype(self):\n        return self.scheme.quant_dtype",
@@ -763,6 +763,26 @@ FAULTS += [
     ("pair layout: each expert starts after its own padded rows too", "harness/kernels/moe_align_src.py",
      "start = _cumsum(padded, 0) - padded", "start = _cumsum(padded, 0)",
      ["suites/properties/test_kernels_moe_align.py::test_align_equals_sort_pairs"]),
+]
+
+# nvfp4's QDQ written for the bf16 GEMM: bf16(x_qdq * gs_a) in one pass (scale_out), taken as it is (x_scaled).
+FAULTS += [
+    ("qdq scale_out: the global scale not put back", "harness/kernels/triton_src.py",
+     "        v = v * gs\n", "        v = v\n",
+     [P + "test_kernels.py::test_qdq_scale_out_is_the_two_ops"]),
+    ("qdq scale_out (torch path): the QDQ rounded to the input dtype first", "harness/moe/ops.py",
+     "(_torch_qdq(x.to(torch.float32), fmt, scale_mode, rounding, g) * g)",
+     "(_torch_qdq(x, fmt, scale_mode, rounding, g) * g)",
+     [P + "test_kernels.py::test_qdq_scale_out_is_the_two_ops"]),
+    ("experts: nvfp4's scaled QDQ output handed to the GEMM as values (GPU)", "harness/moe/experts.py",
+     "x_scaled=scaled1)  # pair p", "x_scaled=False)  # pair p",
+     [P + "test_moe_gpu.py::test_bf16_handoffs_change_no_bit"]),
+    ("fused GEMM: a scaled x scaled again (GPU)", "harness/kernels/fused_gemm.py",
+     "        if not x_scaled:  # one pass", "        if True:  # one pass",
+     [P + "test_moe_gpu.py::test_bf16_handoffs_change_no_bit"]),
+    ("experts: a2's QDQ not written scaled, the GEMM told it is (GPU)", "harness/moe/experts.py",
+     "self.a2_input_scale(), scale_out=scaled)", "self.a2_input_scale(), scale_out=False).to(torch.bfloat16)",
+     [P + "test_moe_gpu.py::test_bf16_handoffs_change_no_bit"]),
 ]
 
 # The top-k sum (harness/moe/combine.py) and its one-pass kernel.

@@ -46,7 +46,7 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
              a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
              config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
              x_row_div: int = 1, bias: Optional[torch.Tensor] = None,
-             row_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+             row_scale: Optional[torch.Tensor] = None, x_scaled: bool = False) -> torch.Tensor:
     """See _moe_gemm_impl. Launched through the custom op moe_harness::moe_gemm,
     opaque to torch.compile (dynamo cannot trace Triton's launcher state), so
     compiled forwards keep one graph; a launch override `config` (tuning
@@ -55,11 +55,11 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
     if config is not None:
         return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m,
                               config=config, mode=mode, layout=layout, x_row_div=x_row_div, bias=bias,
-                              row_scale=row_scale)
+                              row_scale=row_scale, x_scaled=x_scaled)
     rows, block_expert, bm = layout if layout is not None else (None, None, block_m or 0)
     return _moe_gemm_op(x, ids, fw.data, fw.scales, fw.gscale, a_gscale, fw.kind,
                         fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert, x_row_div,
-                        bias, row_scale, fw.word_order, fw.plain_scales)
+                        bias, row_scale, fw.word_order, fw.plain_scales, bool(x_scaled))
 
 
 @torch.library.custom_op("moe_harness::moe_gemm", mutates_args=())
@@ -68,18 +68,18 @@ def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales:
                  N: int, K: int, precision: str, block_m: int, mode: str, rows: Optional[torch.Tensor] = None,
                  block_expert: Optional[torch.Tensor] = None, x_row_div: int = 1,
                  bias: Optional[torch.Tensor] = None, row_scale: Optional[torch.Tensor] = None,
-                 word_order: str = "k", plain_scales: bool = False) -> torch.Tensor:
+                 word_order: str = "k", plain_scales: bool = False, x_scaled: bool = False) -> torch.Tensor:
     fw = FusedWeights(kind, data, scales, gscale, fmt or None, E, N, K, word_order)
     fw.plain_scales = plain_scales  # the flag of the FusedWeights moe_gemm took these tensors from
     layout = (rows, block_expert, block_m) if rows is not None else None
     return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode,
-                          layout=layout, x_row_div=x_row_div, bias=bias, row_scale=row_scale)
+                          layout=layout, x_row_div=x_row_div, bias=bias, row_scale=row_scale, x_scaled=x_scaled)
 
 
 @_moe_gemm_op.register_fake
 def _moe_gemm_fake(x, ids, data, scales, gscale, a_gscale, kind, fmt, E, N, K, precision, block_m, mode,
                    rows=None, block_expert=None, x_row_div=1, bias=None, row_scale=None, word_order="k",
-                   plain_scales=False):
+                   plain_scales=False, x_scaled=False):
     return x.new_empty((ids.shape[0], N), dtype=torch.float32)
 
 
@@ -92,7 +92,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
                    a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
                    config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
                    x_row_div: int = 1, bias: Optional[torch.Tensor] = None,
-                   row_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+                   row_scale: Optional[torch.Tensor] = None, x_scaled: bool = False) -> torch.Tensor:
     """x [P / x_row_div, K] float32, ids [P] int64 expert of each pair -> [P,
     N] float32 = x[p // x_row_div] @ W[ids[p]].T (GEMM1 passes the tokens
     and top_k: no [P, K] copy of x); then, where given, + bias[ids[p]] (bias
@@ -103,7 +103,10 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     ops after the split sum. precision "bf16" with nvfp4 needs
     a_gscale (the encode-side global scale x was QDQ'd with). In precision
     "bf16" (no post factor) x may come as bfloat16, already the operand x
-    rounds to: no conversion pass.
+    rounds to: no conversion pass. x_scaled (nvfp4 in "bf16"): x is bfloat16
+    already holding bf16(x_qdq * a_gscale), the operand this function would
+    compute (the QDQ wrote it: harness.kernels.api.qdq's scale_out); a_gscale
+    still gives the post factor.
 
     mode "fused": dequant inside the GEMM's K loop (each weight tile is decoded
     once per BLOCK_M rows of its expert). "predequant": the same kernel's
@@ -139,16 +142,17 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         # rows gave 7.9e8 for weights of 0.06, triton 3.9); bf16 is a GPU path.
         raise ValueError("fused GEMM precision 'bf16' needs a CUDA/ROCm device: the Triton interpreter (CPU) does not "
                          "compute bf16 dots correctly; use precision 'ieee' (what 'auto' picks on CPU)")
-    xk = x if bf16 and not post and x.dtype == torch.bfloat16 else x.to(torch.float32)  # a bf16 x is the operand
+    if x_scaled and (not post or x.dtype != torch.bfloat16):
+        raise ValueError(f"x_scaled: x is bf16(x_qdq * a_gscale), the operand of a two-level format's GEMM in "
+                         f"precision 'bf16'; got x {x.dtype} for {fw.fmt} in precision {precision!r}")
+    scaled = x_scaled or (bf16 and not post and x.dtype == torch.bfloat16)
+    xk = x if scaled else x.to(torch.float32)  # a bf16 x is the operand
     g = None
     if post:  # nvfp4: x * gs_a is exactly e2m1 * s in bf16
         if a_gscale is None:
             raise ValueError("nvfp4 fused GEMM in bf16 needs a_gscale")
         g = a_gscale.to(device=x.device, dtype=torch.float32).reshape(())
-        if interpret:
-            xk = (xk * g).to(torch.bfloat16)
-        else:  # one pass, the same bits (fused_act.scale_to_bf16)
-
+        if not x_scaled:  # one pass, the bits of (xk * g).to(bfloat16) (fused_act.scale_to_bf16)
             xk = fused_act.scale_to_bf16(xk, g)
         # the kernel applies fl(1 / gs_w[e]) * fl(1 / g) after the dot (no host launches)
     elif bf16:

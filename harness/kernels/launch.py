@@ -73,9 +73,9 @@ def triton_cdiv(a: int, b: int) -> int:
 # Constexprs of each kernel's launch (the ahead-of-time check, launch_aot.py, uses the same).
 
 
-def qdq_constants(fmt, scale_mode, rounding, bpp, even, per_row, bf16_by_bits) -> dict:
+def qdq_constants(fmt, scale_mode, rounding, bpp, even, per_row, bf16_by_bits, scale_out=False) -> dict:
     return dict(kernel_constants(fmt, scale_mode, rounding), BPP=bpp, EVEN=even, GS_PER_ROW=per_row,
-                BF16_BY_BITS=bf16_by_bits)
+                BF16_BY_BITS=bf16_by_bits, SCALE_OUT=scale_out)
 
 
 def quantize_constants(fmt, scale_mode, rounding, bpp, even, per_row, tpp, *, in_kind=None,
@@ -107,17 +107,20 @@ def _gs_args(gs, n_blocks: int, dummy: torch.Tensor, spec):
     return gs, max(1, n_blocks // groups), True
 
 
-def qdq(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, *, tile_elems=None, num_warps=None):
+def qdq(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, *, scale_out: bool = False,
+        tile_elems=None, num_warps=None):
+    """QDQ of x in x's dtype; with scale_out (api.qdq checks it is a two-level
+    format with one global scale) bf16(fl(qdq(x) * gs)), qdq in float32."""
     spec = get_format(fmt)
     interpret = x.device.type == "cpu"
-    y = torch.empty_like(x)
+    y = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device) if scale_out else torch.empty_like(x)
     n_blocks = x.numel() // spec.block_size
     if n_blocks == 0:
         return y
     bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
     gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x, spec)
     consts = qdq_constants(spec.name, scale_mode, rounding, bpp, n_blocks % bpp == 0, per_row,
-                           interpret and x.dtype == torch.bfloat16)
+                           interpret and (x.dtype == torch.bfloat16 or scale_out), scale_out)
     k = kernels(interpret).qdq_kernel
     _launch(k, n_blocks, bpp, (x, y, gs_t, n_blocks, per_gs), consts, interpret, num_warps)
     return y

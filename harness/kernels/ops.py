@@ -37,16 +37,20 @@ def _rows_view(t: torch.Tensor, gs: Optional[torch.Tensor]):
 
 @torch.library.custom_op(f"{NAMESPACE}::qdq", mutates_args=())
 def qdq_op(x: torch.Tensor, global_scale: Optional[torch.Tensor], fmt: str, scale_mode: str, rounding: str,
-           backend: str) -> torch.Tensor:
+           backend: str, scale_out: bool = False) -> torch.Tensor:
+    """QDQ in x's dtype; scale_out (one global scale): bf16(fl(qdq(x) * gs)), the QDQ in float32."""
     if backend == "triton":
-        return launch.qdq(x.contiguous(), global_scale, fmt, scale_mode, rounding)
+        return launch.qdq(x.contiguous(), global_scale, fmt, scale_mode, rounding, scale_out=scale_out)
+    if scale_out:
+        g = global_scale.reshape(())
+        return (hf.qdq(x.to(torch.float32), fmt, scale_mode, rounding, g) * g).to(torch.bfloat16)
     xv, gs = _rows_view(x, global_scale)
     return hf.qdq(xv, fmt, scale_mode, rounding, gs).reshape(x.shape)
 
 
 @qdq_op.register_fake
-def _qdq_fake(x, global_scale, fmt, scale_mode, rounding, backend):
-    return torch.empty_like(x)
+def _qdq_fake(x, global_scale, fmt, scale_mode, rounding, backend, scale_out=False):
+    return torch.empty_like(x, dtype=torch.bfloat16) if scale_out else torch.empty_like(x)
 
 
 # ---------------------------------------------------------------- quantize

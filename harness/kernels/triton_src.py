@@ -244,8 +244,10 @@ def _split_pairs(w, IN_KIND: tl.constexpr):
 def _to_output(v, out_ptr, BF16_BY_BITS: tl.constexpr):
     """float32 -> the output dtype, round-to-nearest-even. The interpreter's
     own float32 -> bfloat16 cast truncates, so there (BF16_BY_BITS) the cast is
-    done on the bits; compiled kernels use the native RNE conversion."""
-    if BF16_BY_BITS:
+    done on the bits (when the output is bfloat16: the flag is per kernel,
+    whose input and output dtypes may differ); compiled kernels use the
+    native RNE conversion."""
+    if BF16_BY_BITS and out_ptr.dtype.element_ty == tl.bfloat16:
         b = v.to(tl.int32, bitcast=True)
         r = (b + (0x7FFF + ((b >> 16) & 1))) >> 16
         r = tl.where(v != v, (b >> 16) | 0x40, r)  # NaN stays a (quiet) NaN
@@ -258,7 +260,7 @@ def _to_output(v, out_ptr, BF16_BY_BITS: tl.constexpr):
 def _to_f32(x, BF16_BY_BITS: tl.constexpr):
     """Input -> float32 (exact). The interpreter's bfloat16 -> float32 cast
     mangles subnormals, so there bfloat16 is widened on the bits."""
-    if BF16_BY_BITS:
+    if BF16_BY_BITS and x.dtype == tl.bfloat16:
         return (x.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
     else:
         return x.to(tl.float32)
@@ -292,8 +294,11 @@ def qdq_kernel(x_ptr, y_ptr, gs_ptr, n_blocks, blocks_per_gs,
                SIGN_BIT: tl.constexpr, EMIN_FIELD: tl.constexpr, MAXN_BITS: tl.constexpr,
                NAN_CODE: tl.constexpr, RCEIL_EXP: tl.constexpr, RCEIL_MANT: tl.constexpr,
                S_MBITS: tl.constexpr, S_EMIN_FIELD: tl.constexpr, S_NAN_CODE: tl.constexpr,
-               S_CLAMP_BITS: tl.constexpr, INV_ELEM_MAX: tl.constexpr):
-    """y = dequantize(quantize(x)) for x, y flat [n_blocks * BLOCK]."""
+               S_CLAMP_BITS: tl.constexpr, INV_ELEM_MAX: tl.constexpr, SCALE_OUT: tl.constexpr):
+    """y = dequantize(quantize(x)) for x, y flat [n_blocks * BLOCK]. SCALE_OUT
+    (two-level formats, one scalar global scale): y = fl(qdq(x) * gs) in y's
+    dtype instead, the QDQ with its global scale put back (codes times block
+    scales: what the bf16 GEMM takes, applying 1 / gs after its dot)."""
     blk0, rows = _block_ids(tl.program_id(0), BPP)
     offs = rows[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     base = blk0 * BLOCK
@@ -307,7 +312,10 @@ def qdq_kernel(x_ptr, y_ptr, gs_ptr, n_blocks, blocks_per_gs,
         _to_f32(x, BF16_BY_BITS), gs, IS_MX, SCALE_MODE, ROUND_AWAY, EMAX, EVEN_ADD, MBITS, WIDTH, SIGN_BIT,
         EMIN_FIELD, MAXN_BITS, NAN_CODE, RCEIL_EXP, RCEIL_MANT, S_MBITS, S_EMIN_FIELD, S_NAN_CODE,
         S_CLAMP_BITS, INV_ELEM_MAX)
-    y = _to_output(values * mult[:, None], y_ptr, BF16_BY_BITS)
+    v = values * mult[:, None]
+    if SCALE_OUT:  # a second float32 product: the bits of the two torch ops
+        v = v * gs
+    y = _to_output(v, y_ptr, BF16_BY_BITS)
     if EVEN:
         tl.store(y_ptr + base + offs, y)
     else:

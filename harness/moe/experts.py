@@ -12,8 +12,10 @@ Data flow of ExpertsBase.apply (P = T * top_k token/expert pairs, p = t*k + j):
     h2 = h2 + w2_bias[e]                         (expert_bias rows)
     out[t] = sum_j topk_weights[t, j] * h2[t*k + j]  -> hidden.dtype
 
-A fused weight-only layer running bf16 operands hands the GEMMs bf16 tensors
-(a bf16 hidden as it is, silu's output rounded in its own pass): the bits the
+A fused layer running bf16 operands hands the GEMMs bf16 tensors: a bf16
+hidden as it is (weight-only), silu's output rounded in its own pass (no
+QDQ after it), an MX QDQ computed in bf16, nvfp4's QDQ written as
+bf16(x_qdq * gs_a) (the GEMM applies 1 / gs_a after its dot): the bits the
 GEMMs would round a float32 operand to, without the conversion passes.
 
 Biases are float32 rows added on the host side around both backends' GEMMs:
@@ -154,25 +156,27 @@ class ExpertsBase(torch.nn.Module):
     def a2_input_scale(self):
         return self.a2_scale if self.a2_scale is not None else self.a2_gscale
 
-    def quantize_activation(self, x: torch.Tensor, scale) -> torch.Tensor:
+    def quantize_activation(self, x: torch.Tensor, scale, scale_out: bool = False) -> torch.Tensor:
         if self.quant_dtype is None:  # weight-only / unquantized: zero QDQ calls
             return x
         xq, _ = quantize_input.moe_kernel_quantize_input(
             x, scale, self.quant_dtype, scale_mode=self.scale_mode, quantization_emulation=True,
-            backend=self.op_backend)
+            backend=self.op_backend, scale_out=scale_out)
         return xq
 
-    def _gemm(self, x, ids, which: int, w_unfused, layout=None, x_row_div: int = 1, bias=None, row_scale=None):
+    def _gemm(self, x, ids, which: int, w_unfused, layout=None, x_row_div: int = 1, bias=None, row_scale=None,
+              x_scaled: bool = False):
         """The expert GEMM `which` (0: w13, 1: w2) of the pairs, + bias[ids]
         where given; row_scale (fused only: the kernel's epilogue or the
-        same torch multiply) times each pair's row."""
+        same torch multiply) times each pair's row. x_scaled (fused only):
+        x is the QDQ's bf16 output with the global scale put back."""
         if self.backend == "fused":
             a_gscale = None
             if self.scheme.two_level:
                 a_gscale = self.a1_input_scale() if which == 0 else self.a2_input_scale()
             return fused_gemm.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
                                        a_gscale=a_gscale, mode=self.fused_mode, layout=layout, x_row_div=x_row_div,
-                                       bias=bias, row_scale=row_scale)
+                                       bias=bias, row_scale=row_scale, x_scaled=x_scaled)
         if row_scale is not None:
             raise ValueError("row_scale is the fused backend's epilogue")
         if x_row_div != 1:
@@ -191,31 +195,37 @@ class ExpertsBase(torch.nn.Module):
         # get bf16 tensors (the bits they round to), sparing a conversion pass each: a bf16 hidden as it is
         # (weight-only), or its MX QDQ computed from it in bf16 (the float32 QDQ rounded once, to nearest
         # even, as the GEMM would round it); silu's output in bf16 only without an activation QDQ, which
-        # reads the float32 values. With the debug trace on, the float32 intermediates are kept as they are
-        bf16_gemms = (self.backend == "fused" and self.trace is None and not self.scheme.two_level
-                      and self._precision(hidden.device) == "bf16")
+        # reads the float32 values. nvfp4 (two-level) there: each QDQ writes bf16(x_qdq * gs_a) in its own pass
+        # (scaled), the operand the GEMM would compute from the float32 QDQ, and the GEMM applies 1 / gs_a after
+        # its dot; the QDQ reads a bf16 hidden as it is. With the debug trace on, the float32 intermediates are
+        # kept as they are
+        fused_bf16 = self.backend == "fused" and self.trace is None and self._precision(hidden.device) == "bf16"
+        bf16_gemms = fused_bf16 and not self.scheme.two_level
+        scaled = fused_bf16 and self.scheme.two_level  # a2's QDQ, and a1's where apply() runs it
+        scaled1 = scaled and self.expects_unquantized_inputs
         handoff = bf16_gemms and self.quant_dtype is None
-        a1_bf16 = bf16_gemms and quantize_input.quant_kind(self.quant_dtype) in ("none", "mx")
+        a1_bf16 = (bf16_gemms and quantize_input.quant_kind(self.quant_dtype) in ("none", "mx")) or scaled1
         x = hidden if a1_bf16 and hidden.dtype == torch.bfloat16 else hidden.to(torch.float32)
         if self.expects_unquantized_inputs:
-            x = self.quantize_activation(x, self.a1_input_scale())
+            x = self.quantize_activation(x, self.a1_input_scale(), scale_out=scaled1)
         w = self.dequantize_weights() if self.backend == "unfused" else None
         ids = topk_ids.reshape(-1).to(torch.int64)
         layout = None
         if self.backend == "fused":  # one expert-sorted layout for both GEMMs
 
             layout = fused_gemm.pair_layout(ids, self._kernel_weights[0].E)
-        h1 = self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias)  # pair p = token p // k
+        h1 = self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias, x_scaled=scaled1)  # pair p: p // k
         if self.backend == "fused" and activation in fused_act.ACTIVATIONS and h1.is_cuda:
             g = fused_act.ACTIVATIONS[activation](h1, torch.bfloat16 if handoff else torch.float32)
         else:
             g = act(h1)
-        a = self.quantize_activation(g, self.a2_input_scale())
+        a = self.quantize_activation(g, self.a2_input_scale(), scale_out=scaled)
         # the router weights: in GEMM2's epilogue (fused, no trace: the trace keeps h2 as it is), else the
         # same float32 multiply here; either way the slot-order top-k sum of the products (harness.moe.combine)
         tw = topk_weights.to(torch.float32)
         in_gemm = self.backend == "fused" and self.trace is None
-        h2 = self._gemm(a, ids, 1, w, layout, bias=self.w2_bias, row_scale=tw.reshape(-1) if in_gemm else None)
+        h2 = self._gemm(a, ids, 1, w, layout, bias=self.w2_bias, row_scale=tw.reshape(-1) if in_gemm else None,
+                        x_scaled=scaled)
         if self.trace is not None:
             self.trace.update(a1=x, h1=h1, a2_in=g, a2=a, h2=h2)
         if in_gemm and h2.is_cuda and hidden.dtype in fused_act.SUM_DTYPES:  # the same bits in one pass

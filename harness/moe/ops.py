@@ -84,14 +84,21 @@ def _torch_qdq(x: torch.Tensor, fmt: str, scale_mode: str, rounding: str, global
 
 
 def qdq(x: torch.Tensor, fmt: str, *, scale_mode: str = "floor", rounding: str = "rne",
-        global_scale=None, backend: str = "auto") -> torch.Tensor:
-    """Quantize-dequantize x [..., K] (same dtype/shape)."""
+        global_scale=None, backend: str = "auto", scale_out: bool = False) -> torch.Tensor:
+    """Quantize-dequantize x [..., K] (same dtype/shape); scale_out: the
+    bf16 QDQ with its one global scale put back (harness.kernels.api.qdq)."""
     if _use_kernels(backend, x.device):
         return kernels_module().qdq(x, fmt, scale_mode=scale_mode, rounding=rounding,
-                                    global_scale=global_scale, backend="triton" if backend == "triton" else "auto")
+                                    global_scale=global_scale, backend="triton" if backend == "triton" else "auto",
+                                    scale_out=scale_out)
     if hf.get_format(fmt).has_global_scale and global_scale is None:
         raise ValueError(f"{fmt} QDQ needs a global scale")
-    return _torch_qdq(x, fmt, scale_mode, rounding, global_scale)
+    if not scale_out:
+        return _torch_qdq(x, fmt, scale_mode, rounding, global_scale)
+    if not hf.get_format(fmt).has_global_scale or torch.as_tensor(global_scale).numel() != 1:
+        raise ValueError(f"qdq scale_out takes a two-level format and one scalar global scale, got {fmt}")
+    g = hf.as_global_scale(global_scale, x.device, read_values=False).reshape(())
+    return (_torch_qdq(x.to(torch.float32), fmt, scale_mode, rounding, g) * g).to(torch.bfloat16)
 
 
 def e4m3_qdq_per_tensor(x: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:

@@ -47,21 +47,31 @@ QUANT_DTYPES.update({name: _format_kind(spec) for name, spec in hf.FORMATS.items
 
 
 def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "even", rounding: str = "rne",
-                              quantization_emulation: bool = True, backend: str = "auto"):
+                              quantization_emulation: bool = True, backend: str = "auto",
+                              scale_out: bool = False):
     """Returns (A_qdq, None): A quantized and dequantized, same shape and dtype.
+
+    scale_out (two-level keys only): A_qdq comes as bfloat16(A_qdq * A_scale)
+    instead, the QDQ in float32 with its global scale put back (codes times
+    block scales), for a bf16 GEMM that applies 1 / A_scale after its dot.
+    It is still the one QDQ of that input, only written in another form.
 
     Only emulation exists here (QDQ, no packed output), so
     quantization_emulation=False is refused rather than ignored."""
     kind = quant_kind(quant_dtype)
     if not quantization_emulation:
         raise ValueError("moe_kernel_quantize_input: only quantization_emulation=True is implemented")
+    if scale_out and kind != "two_level":
+        raise ValueError(f"moe_kernel_quantize_input: scale_out puts a two-level format's global scale back; "
+                         f"{quant_dtype!r} is {kind}")
     if kind == "none":
         return A, None
     if kind == "two_level":
         if A_scale is None:
             raise ValueError(f"{quant_dtype} activation quantization needs A_scale (the encode-side global scale "
                              "a1_gscale/a2_gscale); got None")
-        return ops.qdq(A, quant_dtype, rounding=rounding, global_scale=A_scale, backend=backend), None
+        return ops.qdq(A, quant_dtype, rounding=rounding, global_scale=A_scale, backend=backend,
+                       scale_out=scale_out), None
     if kind == "per_tensor":
         return ops.e4m3_qdq_per_tensor(A, A_scale), None
     return ops.qdq(A, quant_dtype, scale_mode=scale_mode, rounding=rounding, backend=backend), None

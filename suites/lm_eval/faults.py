@@ -38,10 +38,16 @@ def _patched(wrapper_factory):
         qi.moe_kernel_quantize_input = orig
 
 
+def _values(kw: dict) -> dict:
+    """The first of two QDQs writes the values (no scale_out): the second
+    quantizes them again, as the historical bug did."""
+    return {k: v for k, v in kw.items() if k != "scale_out"}
+
+
 def double_qdq_same_scale():
     def factory(orig):
         def twice(A, A_scale, quant_dtype, **kw):
-            once, _ = orig(A, A_scale, quant_dtype, **kw)
+            once, _ = orig(A, A_scale, quant_dtype, **_values(kw))
             return orig(once, A_scale, quant_dtype, **kw)
         return twice
     return _patched(factory)
@@ -50,7 +56,7 @@ def double_qdq_same_scale():
 def _second_scale(fn):
     def factory(orig):
         def twice(A, A_scale, quant_dtype, **kw):
-            once, _ = orig(A, A_scale, quant_dtype, **kw)
+            once, _ = orig(A, A_scale, quant_dtype, **_values(kw))
             second = fn(once, A_scale) if quant_dtype == "nvfp4" else A_scale
             return orig(once, second, quant_dtype, **kw)
         return twice

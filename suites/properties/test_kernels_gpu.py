@@ -17,6 +17,7 @@ import harness.formats as hf
 import harness.kernels as hk
 import harness.strategies as hs
 from harness.testing.checks.bitwise import assert_bitwise_equal
+from suites.properties import kernel_properties
 from suites.properties.kernel_properties import DTYPES, FMTS, check_all_kernels, corner_tensor, options
 
 pytestmark = pytest.mark.gpu
@@ -201,3 +202,7 @@ def test_quantize_launch_shapes_gpu(fmt):
         if spec.is_fp4:
             packed, scales = launch.quantize(xd, gsd, fmt, "floor", "rne", True, **kw)
             assert torch.equal(packed.cpu(), hf.pack_fp4(want.codes)) and torch.equal(scales.cpu(), want.scales), kw
+
+
+def test_qdq_scale_out_is_the_two_ops_gpu():
+    kernel_properties.scale_out_is_the_two_ops("cuda")

@@ -247,14 +247,16 @@ def test_fused_activation_is_bitwise_torch(activation):
 
 
 @pytest.mark.parametrize("family,scheme", [("qwen3", "w_mxfp4"), ("gpt_oss", "w_mxfp4"),
-                                           ("qwen3", "w_mxfp4_a_mxfp4"), ("gpt_oss", "w_mxfp4_a_mxfp6_e2m3")])
+                                           ("qwen3", "w_mxfp4_a_mxfp4"), ("gpt_oss", "w_mxfp4_a_mxfp6_e2m3"),
+                                           ("qwen3", "nvfp4"), ("gpt_oss", "nvfp4")])
 def test_bf16_handoffs_change_no_bit(family, scheme):
     """A fused layer at precision "bf16" hands its GEMMs bf16 tensors: the
     bf16 hidden as is (w_mxfp4) or its MX QDQ computed in bf16 (the MX
-    activation schemes), silu rounded in its own pass where no QDQ follows;
-    with the debug trace on it keeps the float32 intermediates and converts
-    in the GEMM. Both give the same output bits, in eager mode and from a
-    CUDA graph."""
+    activation schemes), silu rounded in its own pass where no QDQ follows,
+    nvfp4's QDQs written as bf16(x_qdq * gs_a) from the bf16 hidden and the
+    float32 activation; with the debug trace on it keeps the float32
+    intermediates and converts in the GEMM (nvfp4: scale_to_bf16). Both give
+    the same output bits, in eager mode and from a CUDA graph."""
     import harness.moe as hm
 
     dev = torch.device("cuda")

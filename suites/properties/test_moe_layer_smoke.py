@@ -361,6 +361,21 @@ def test_bf16_precision_is_refused_on_the_interpreter():
     assert resolve_precision("auto", hm.get_scheme("w_mxfp4_a_mxfp4"), "cpu") == "ieee"
 
 
+def test_x_scaled_is_refused_without_the_post_factor_that_takes_it():
+    """x_scaled (x is already bf16(x_qdq * gs_a), the QDQ's scale_out) is the
+    operand of a two-level GEMM in precision "bf16" only, where the kernel
+    applies 1 / gs_a after the dot: anywhere else it is a ValueError, never a
+    GEMM on values still carrying the global scale."""
+    g = torch.Generator().manual_seed(2)
+    ids = torch.tensor([0, 1, 1, 0])
+    x = (torch.randn(4, 64, generator=g)).to(torch.bfloat16)
+    for scheme in ("nvfp4", "w_mxfp4_a_mxfp4"):
+        q, gs = hm.quantize_expert_weights(torch.randn(2, 16, 64, generator=g) * 0.1, scheme)
+        fw = FusedWeights.from_quantized(q, gs)
+        with pytest.raises(ValueError, match="x_scaled: x is bf16\\(x_qdq \\* a_gscale\\).*precision 'ieee'"):
+            fused_gemm.moe_gemm(x, ids, fw, precision="ieee", a_gscale=torch.tensor(3.0), x_scaled=True)
+
+
 # What "auto" runs on a GPU, by scheme row: bf16 operands where they are exact
 # (MX x MX, nvfp4 rescaled) or 16-bit by definition (weight-only W4A16/W8A16,
 # as the production kernels run them); float32 for fp8 per-tensor activations
