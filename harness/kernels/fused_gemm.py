@@ -105,7 +105,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     "bf16" (no post factor) x may come as bfloat16, already the operand x
     rounds to: no conversion pass. x_scaled (nvfp4 in "bf16"): x is bfloat16
     already holding bf16(x_qdq * a_gscale), the operand this function would
-    compute (the QDQ wrote it: harness.kernels.api.qdq's bf16_operand); a_gscale
+    compute (the QDQ wrote it: harness.kernels.api.qdq's scale_out); a_gscale
     still gives the post factor.
 
     mode "fused": dequant inside the GEMM's K loop (each weight tile is decoded
