@@ -20,8 +20,8 @@ def identity_qdq(A, A_scale, quant_dtype, *args, scale_out=False, **kw):
     """No quantization, in the form asked for: A, or with scale_out (nvfp4's
     bf16 GEMM operand) bf16(A * A_scale)."""
     if scale_out:
-        return (A.to(torch.float32) * A_scale.to(device=A.device, dtype=torch.float32).reshape(())).to(
-            torch.bfloat16), None
+        g = torch.as_tensor(A_scale, dtype=torch.float32, device=A.device).reshape(())
+        return (A.to(torch.float32) * g).to(torch.bfloat16), None
     return A, None
 
 
