@@ -788,6 +788,26 @@ FAULTS += [
      [P + "test_moe_gpu.py::test_bf16_handoffs_change_no_bit"]),
 ]
 
+# "large_n": the transposed product at BLOCK_M 64 and up on scale bytes in order "n" (launch_config.row_names).
+FAULTS += [
+    ("launch selection: the scale order never picks large_n", "harness/kernels/launch_config.py",
+     'swap_n = bf16 and mma_order and scale_order == "n"', "swap_n = False",
+     [P + "test_kernels_fused_gemm.py::test_n_order_scale_bytes_take_their_own_large_row"]),
+    ("launch selection: the transposed product at BLOCK_M 64 and up takes K_TAIL", "harness/kernels/launch_config.py",
+     'tail = ("EVEN_NK" not in override and not dequant and not swapped_large',
+     'tail = ("EVEN_NK" not in override and not dequant',
+     [P + "test_kernels_fused_gemm.py::test_the_transposed_product_at_large_block_m_masks_every_block_k"]),
+    ("fused GEMM: the launch selected without the weights' scale order", "harness/kernels/fused_gemm.py",
+     'scale_order=run_fw.scale_order or "k",', "",
+     [P + "test_kernels_fused_gemm.py::test_the_launcher_passes_the_weights_scale_order"]),
+    ("compile registry: launches in order n compiled with the rows of order k", "harness/aot/fused_launches.py",
+     'kw = dict(kw, scale_order="n" if order else "k")', 'kw = dict(kw, scale_order="k")',
+     [TT + "test_code_launches_compile_in_both_scale_orders"]),
+    ("fused GEMM kernel: the K loop's skip path left in (wgmmas serialized)", "harness/kernels/fused_gemm_src.py",
+     "        tl.assume(kb_end > kb_beg)", "        pass",
+     [TT + "test_the_transposed_prefill_launch_keeps_its_wgmmas_asynchronous"]),
+]
+
 # The top-k sum (harness/moe/combine.py) and its one-pass kernel.
 FAULTS += [
     ("top-k sum: slots added last first", "harness/moe/combine.py",

@@ -9,7 +9,8 @@ of the format table (and float weights for the "bf16" baseline), precision
 (with a short K loop where the tables have a row for it, and the BLOCK_K a
 K with a tail steps down to) and both launches
 of mode "predequant", MX weights with and without plain scale bytes
-(FusedWeights.plain_scales), both scale-byte orders (launch_config.scale_order),
+(FusedWeights.plain_scales), both scale-byte orders (launch_config.scale_order,
+which also picks the row of the BLOCK_M 64 and up),
 masked and unmasked N/K tails, and every epilogue a
 GEMM launch can get (EPILOGUES: none, the router weights of GEMM2, the bias
 of gpt-oss's GEMM1, both; the bias stays on the host after a post factor).
@@ -21,7 +22,7 @@ import torch
 from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
 from harness.kernels import fused_act, fused_gemm
-from harness.kernels.launch_config import SHORT_K_MAX, select_launch, word_order
+from harness.kernels.launch_config import LARGE_BLOCK_M, SHORT_K_MAX, select_launch, word_order
 from harness.kernels.pair_layout import BLOCK_MS
 from harness.aot.emulation_launches import ptr
 from harness.aot.registry import Variant, bind, register
@@ -87,6 +88,7 @@ def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
     kw = dict(kind=1, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, override=ov, plain_scales=plain)
     for order, strides in SCALE_ORDER_STRIDES:
         name = fmt + (".plain" if plain else "") + order
+        kw = dict(kw, scale_order="n" if order else "k")  # the order picks the row at BLOCK_M 64 and up
         fused = None
         for epi, fused in gemms("gemm", k=0, **kw):
             yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}{epi}", codes, dict(fused.meta(), **strides))
@@ -95,7 +97,9 @@ def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
             if short.row != fused.row and not order:
                 yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", codes,
                                dict(short.meta(), **strides))
-        if not ov.get("EVEN_NK"):  # a K with a tail of BLOCK_K: masks on the last BLOCK_K only
+        # a K with a tail of BLOCK_K: masks on the last BLOCK_K only (never the transposed product at BLOCK_M 64 and
+        # up, which masks every BLOCK_K: select_launch)
+        if not ov.get("EVEN_NK") and not (fused.SWAP_MN and bm >= LARGE_BLOCK_M):
             for epi, ktail in gemms("gemm", k=0, **dict(kw, override=dict(ov, K_TAIL=True))):
                 yield _variant(k, f"fused.{name}.{prec}.bm{bm}.ktail{epi}", codes, dict(ktail.meta(), **strides))
         if bm == BLOCK_MS[0]:

@@ -171,7 +171,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
                         block_m=bm, n=fw.N, k=K, w_bytes=run_fw.data.element_size(), pairs=P, experts=fw.E,
                         sm_count=None if interpret else sm_count(x.device), bias=bias is not None,
                         row_scale=row_scale is not None, override=config, word_order=run_fw.word_order,
-                        plain_scales=run_fw.plain_scales,
+                        plain_scales=run_fw.plain_scales, scale_order=run_fw.scale_order or "k",
                         cuda_cc=torch.cuda.get_device_capability(x.device) if vendor == "cuda" else None)
     n_tiles = triton_cdiv(fw.N, cfg.BLOCK_N)
     splits = cfg.SPLIT_K

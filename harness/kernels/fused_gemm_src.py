@@ -201,8 +201,9 @@ def _moe_gemm_kernel(
         e = pid_m.to(tl.int64)
     else:
         e_raw = tl.load(block_expert_ptr + pid_m)
-        e = tl.maximum(e_raw, 0).to(tl.int64)
-        kb_end = tl.where(e_raw >= 0, kb_end, kb_beg)  # unused padding block: no loads at all
+        if e_raw < 0:  # an unused padding block (its rows are all -1): nothing to load or store
+            return
+        e = e_raw.to(tl.int64)
         offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
         rows = tl.load(rows_ptr + offs_m)
         rmask = rows >= 0
@@ -225,6 +226,11 @@ def _moe_gemm_kernel(
     # iteration, in the split that holds it, not pipelined); else one part, masked unless EVEN_NK. The mask
     # test is spelt out at each use: a name assigned in the loop would hold a tensor, not a constexpr
     kb_full = K // BLOCK_K
+    if not K_TAIL:
+        # Every program has a K step: a split is never empty (select_launch) and K > 0. Told so, the compiler drops
+        # the path that skips the loop, whose zeroed accumulator ptxas counts inside the wgmma pipeline: it then
+        # serializes every wgmma of the transposed product ("large_n": ptxas C7515)
+        tl.assume(kb_end > kb_beg)
     for part in tl.static_range(2 if K_TAIL else 1):
         if part == 0:
             kb_lo = kb_beg

@@ -83,7 +83,15 @@ GPU_CONFIGS = {
     # (0.86-1.00x the MX decode GEMMs on an H200; at prefill, on the "large" row, 0.98-1.04x: not set there)
     "small": LaunchRow(BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True, SWAP_MN=True,
                        FOLD_BIAS=True),
-    "large": LaunchRow(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, **_DECODE, BF16_DECODE=True),
+    # BLOCK_M 64 and up. SWAP_MN (on "mma" words): the weights are the wgmma's register operand, where the product
+    # untransposed stores each decoded tile to shared memory and waits for its wgmma every K step; transposed, the
+    # next step's decode can run beside the MMA. On an H200 at prefill (T=4096, BLOCK_M 128, each GEMM alone):
+    # Qwen3's w13 / w2 0.86x / 0.90x the untransposed row's time (docs/benchmarks.md)
+    "large": LaunchRow(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, **_DECODE, BF16_DECODE=True, SWAP_MN=True),
+    # "large" for scale bytes in order "n" (gpt-oss-120b's: scale_order): its w13 / w2 0.83x / 0.72x the
+    # untransposed row's time, where "large"'s tile transposed took 0.82x / 0.84x
+    "large_n": LaunchRow(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True,
+                         SWAP_MN=True),
     # "small" for a short K loop (K <= SHORT_K_MAX: Qwen3's GEMM2, K = 768): BLOCK_K
     # 256 leaves 3 iterations there; 128 ran its T=1 / T=16 GEMM 1.29x / 1.08x
     # faster on an H200 (docs/benchmarks.md)
@@ -127,7 +135,7 @@ ROCM_BF16_FLOAT_CONFIGS = {
 # 1504), so CUDA keeps bf16 multiplies. Not yet timed on an MI300X. No SWAP_MN:
 # ROCm's weights keep the "k" word order (word_order).
 ROCM_BF16_CODE_CONFIGS = {name: replace(row, BF16_DECODE=True, BF16_TRUNC=True, SWAP_MN=None, FOLD_BIAS=None)
-                          for name, row in GPU_CONFIGS.items() if row.BYTE_DECODE}
+                          for name, row in GPU_CONFIGS.items() if row.BYTE_DECODE and name != "large_n"}
 # The Triton interpreter (CPU tensors): one small tile for every launch, the
 # kernel's default flags.
 INTERP_CONFIGS = dict.fromkeys(GPU_CONFIGS, LaunchRow(BLOCK_N=16, BLOCK_K=32))
@@ -388,15 +396,18 @@ def operands(kind: int, bf16: bool, w_bytes: int) -> str:
     return "bf16, float weights" if kind == 0 else "bf16"
 
 
-def row_names(launch: str, kind: int, block_m: int, k: int) -> tuple:
+def row_names(launch: str, kind: int, block_m: int, k: int, swap_n: bool = False) -> tuple:
     """The rows a launch can take, preferred first: "small" below BLOCK_M 64,
     else "large" ("large_float" on predequant's scratch); a code-decoding
-    GEMM with a short K loop prefers "small_short_k"; the dequant pass has its
-    own row."""
+    GEMM with a short K loop prefers "small_short_k", and at BLOCK_M 64 and
+    up one with `swap_n` (the transposed product on "mma" words acts, scale
+    bytes in order "n") prefers "large_n"; the dequant pass has its own row."""
     if launch == "dequant":
         return ("dequant",)
     if block_m >= LARGE_BLOCK_M:
-        return ("large_float",) if launch == "scratch_gemm" else ("large",)
+        if launch == "scratch_gemm":
+            return ("large_float",)
+        return ("large_n", "large") if launch == "gemm" and kind == 1 and swap_n else ("large",)
     if launch == "gemm" and kind == 1 and 0 < k <= SHORT_K_MAX:
         return ("small_short_k", "small")
     return ("small",)
@@ -442,7 +453,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                   pairs: int = 0, experts: int = 0, sm_count: Optional[int] = None,
                   bias: bool = False, row_scale: bool = False, override: Optional[Mapping] = None,
                   word_order: str = "k", plain_scales: bool = False,
-                  cuda_cc: Optional[tuple] = None) -> LaunchConfig:
+                  cuda_cc: Optional[tuple] = None, scale_order: str = "k") -> LaunchConfig:
     """The launch configuration of one launch (LAUNCHES) on `vendor` (VENDORS).
 
     kind: the weights it reads (0 float, 1 element codes of `fmt`); bf16: tl.dot
@@ -462,7 +473,9 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     launches that decode MX codes (never an override: it holds only for
     weights whose scale bytes were checked). cuda_cc: the compute capability
     of the CUDA device the launch runs on (None: DEFAULT_CUDA_CC); it decides
-    S_CVT (e4m3_convert)."""
+    S_CVT (e4m3_convert). scale_order: the order of the weights' scale bytes
+    (FusedWeights.scale_order; SCALE_ORDERS), which picks the row at BLOCK_M
+    64 and up ("large_n", row_names)."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
     if vendor not in VENDORS:
@@ -478,7 +491,13 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         raise ValueError("the dequant pass has no K split (SPLIT_K)")
     interpret = vendor == "interpreter"
     bm = DEQUANT_BLOCK_M if dequant else block_m
-    table, name, row = table_row(vendor, operands(kind, bf16, w_bytes), row_names(launch, kind, bm, k))
+    if scale_order not in SCALE_ORDERS:
+        raise ValueError(f"unknown scale order {scale_order!r}; expected one of {', '.join(SCALE_ORDERS)}")
+    if kind == 1 and hf.get_format(fmt).is_fp4:
+        fp4_words.check_order(word_order, k, "select_launch")
+    mma_order = kind == 1 and hf.get_format(fmt).is_fp4 and word_order == "mma"
+    swap_n = bf16 and mma_order and scale_order == "n"  # where "large_n"'s transposed product acts
+    table, name, row = table_row(vendor, operands(kind, bf16, w_bytes), row_names(launch, kind, bm, k, swap_n))
     cfg = asdict(row)
     cfg.update((f, v) for f, v in override.items() if f in cfg)
     if cfg["maxnreg"] is not None and (not isinstance(cfg["maxnreg"], int) or not MAXNREG_MIN <= cfg["maxnreg"] <= 255):
@@ -509,9 +528,6 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     format_constexprs(kind, fmt)  # refuses a format the kernel does not decode
     if word_order not in fp4_words.ORDERS:  # named even where it has no effect (float weights, wider codes)
         fp4_words.check_order(word_order, k, "select_launch")
-    mma_order = kind == 1 and hf.get_format(fmt).is_fp4 and word_order == "mma"
-    if kind == 1 and hf.get_format(fmt).is_fp4:
-        fp4_words.check_order(word_order, k, "select_launch")
     # the transposed product: on "mma" words, in bf16 GEMMs (the float32 "ieee" dot only where an override asks:
     # the interpreter's tests of the same code)
     if dequant or not mma_order or not (bf16 or override.get("SWAP_MN")):
@@ -520,8 +536,16 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     if even_nk is None:
         even_nk = n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0
     tail = override.get("K_TAIL")
+    # The transposed product at BLOCK_M 64 and up gave wrong sums with K_TAIL on an H200 (triton 3.6: up to 6% of
+    # the output's largest value, gpt-oss' w13 at BLOCK_K 128; docs/benchmarks.md), where masks on every BLOCK_K
+    # gave the "ieee" sums: such a launch masks every BLOCK_K and refuses K_TAIL
+    swapped_large = bool(cfg["SWAP_MN"]) and not dequant and bm >= LARGE_BLOCK_M
+    if tail and swapped_large:
+        raise ValueError(f"launch config K_TAIL with SWAP_MN at BLOCK_M {bm} (>= {LARGE_BLOCK_M}): the transposed "
+                         f"product there masks every BLOCK_K")
     if tail is None:  # an override's EVEN_NK=False asks for masks on every BLOCK_K
-        tail = "EVEN_NK" not in override and not dequant and k_tail(n, k, cfg["BLOCK_N"], cfg["BLOCK_K"])
+        tail = ("EVEN_NK" not in override and not dequant and not swapped_large
+                and k_tail(n, k, cfg["BLOCK_N"], cfg["BLOCK_K"]))
     if tail and even_nk:
         raise ValueError("launch config K_TAIL and EVEN_NK exclude each other")
     k_blocks = triton_cdiv(k, cfg["BLOCK_K"])

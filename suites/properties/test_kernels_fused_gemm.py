@@ -338,6 +338,8 @@ def _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch) -> dict:
         return fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused", config=cfg).cpu()
 
     outs = {flag: run(TRUNC if flag == "trunc" else dict(BF16_DECODE=flag)) for flag in (True, False, "trunc")}
+    # the launch the tables pick for these rows (K of them an expert: BLOCK_M 64 and up, "large" or "large_n")
+    outs["table"] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused").cpu()
     if lc.select_launch("gemm", lc.vendor_of(x.device), kind=1, fmt=fw.fmt, bf16=True, has_post=True, block_m=16,
                         n=fw.N, k=fw.K, cuda_cc=torch.cuda.get_device_capability(x.device)).S_CVT:
         with monkeypatch.context() as mp:
@@ -352,7 +354,9 @@ def _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch) -> dict:
 def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, order, reps, gpu_device, monkeypatch):
     """Precision "bf16" GEMM launch with one-hot rows, tables' BF16_DECODE on
     (bf16 multiplies, and ROCm's float32 multiplies truncated: BF16_TRUNC)
-    and off: the outputs agree bit for bit, and for MX formats (no post
+    and off, and the launch the tables pick (K rows an expert: the rows of
+    BLOCK_M 64 and up, "large_n" for MXFP4 in scale order "n" on CUDA): the
+    outputs agree bit for bit, and for MX formats (no post
     factor) each equals its weight's bf16 operand exactly. The "small" row's
     FOLD_BIAS folds e2m1's 2^126 into each multiplier on CUDA: for NVFP4
     every E4M3 s, its 2^-7 given back before the post factor. `plain`: the
@@ -378,6 +382,7 @@ def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, order, reps, gp
     outs = _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch)
     assert_bitwise_equal(outs[True], outs[False], f"{fmt}: BF16_DECODE on vs off")
     assert_bitwise_equal(outs["trunc"], outs[False], f"{fmt}: BF16_TRUNC vs BF16_DECODE off")
+    assert_bitwise_equal(outs["table"], outs[False], f"{fmt}: the tables' launch vs BF16_DECODE off")
     if "sm_80" in outs:
         assert_bitwise_equal(outs["sm_80"], outs[False], f"{fmt}: the fold without S_CVT vs BF16_DECODE off")
     if spec.is_mx:
@@ -433,7 +438,7 @@ def test_mma_word_order_decodes_every_code_and_scale_byte(fmt):
 
 def test_the_mma_word_order_and_the_transposed_product_go_together():
     """CUDA stores MX e2m1 weights in the "mma" word order where K allows it
-    (NVFP4, ROCm and the interpreter keep "k"); the decode rows' SWAP_MN
+    (NVFP4, ROCm and the interpreter keep "k"); the CUDA rows' SWAP_MN
     acts only on GEMM launches over those words with bf16 operands (float32
     ones where an override asks), never in the dequant pass."""
     assert lc.word_order("cuda", "mxfp4", 2048) == "mma"
@@ -445,8 +450,9 @@ def test_the_mma_word_order_and_the_transposed_product_go_together():
     c = lc.select_launch("gemm", "cuda", word_order="mma", **kw)
     assert (c.row, c.SWAP_MN, c.MMA_ORDER) == ("small", True, True) and c.meta()["SWAP_MN"] is True
     assert lc.select_launch("gemm", "cuda", word_order="mma", **dict(kw, k=768)).SWAP_MN is True  # small_short_k
+    assert lc.select_launch("gemm", "cuda", word_order="mma", **dict(kw, block_m=128)).SWAP_MN is True  # large
     unswapped = [lc.select_launch("gemm", "cuda", word_order="k", **kw),
-                 lc.select_launch("gemm", "cuda", word_order="mma", **dict(kw, block_m=128)),
+                 lc.select_launch("gemm", "cuda", word_order="k", **dict(kw, block_m=128)),
                  lc.select_launch("gemm", "cuda", word_order="mma", **dict(kw, bf16=False)),
                  lc.select_launch("dequant", "cuda", word_order="mma", **{k: v for k, v in kw.items() if k != "block_m"}),
                  lc.select_launch("gemm", "rocm", word_order="k", **kw)]
@@ -460,6 +466,108 @@ def test_the_mma_word_order_and_the_transposed_product_go_together():
     assert all(row.SWAP_MN is None for row in lc.ROCM_BF16_CODE_CONFIGS.values())
     with pytest.raises(ValueError, match="select_launch: unknown word order 'MMA'"):
         lc.select_launch("gemm", "cuda", word_order="MMA", **dict(kw, kind=0, fmt=None, w_bytes=2))
+
+
+def test_n_order_scale_bytes_take_their_own_large_row():
+    """At BLOCK_M 64 and up, a bf16 GEMM on "mma" words takes the transposed
+    product: on "large", or on "large_n" (its own tile) where its scale bytes
+    are in order "n" (gpt-oss-120b's: launch_config.scale_order). NVFP4's
+    "k" words, float32 operands and ROCm keep "large" untransposed, the GEMM
+    on predequant's scratch and BLOCK_M below 64 their rows, and a scale
+    order that is not one is refused."""
+    kw = dict(kind=1, fmt="mxfp4", block_m=128, n=5760, k=2880, bf16=True, word_order="mma")
+    for order, name in (("n", "large_n"), ("k", "large")):
+        row = lc.GPU_CONFIGS[name]
+        for bm in (64, 128):
+            c = lc.select_launch("gemm", "cuda", scale_order=order, **dict(kw, block_m=bm))
+            assert (c.row, c.SWAP_MN, c.BLOCK_N, c.BLOCK_K, c.num_warps, c.num_stages) == (
+                name, True, row.BLOCK_N, row.BLOCK_K, row.num_warps, row.num_stages), c
+    assert lc.select_launch("gemm", "cuda", **kw).row == "large"  # the default order: "k"
+    assert lc.select_launch("gemm", "cuda", scale_order="n", **dict(kw, block_m=32)).row == "small"
+    kept = [lc.select_launch("gemm", "cuda", scale_order="n", **dict(kw, fmt="nvfp4", word_order="k",
+                                                                    has_post=True)),
+            lc.select_launch("gemm", "cuda", scale_order="n", **dict(kw, bf16=False)),
+            lc.select_launch("gemm", "rocm", scale_order="n", **dict(kw, word_order="k"))]
+    for c in kept:
+        assert c.row == "large" and "SWAP_MN" not in c.meta(), c
+    scratch = lc.select_launch("scratch_gemm", "cuda", scale_order="n", **dict(kw, kind=0, fmt=None, w_bytes=2))
+    assert scratch.row == "large_float"
+    assert "large_n" not in lc.ROCM_BF16_CODE_CONFIGS
+    with pytest.raises(ValueError, match="unknown scale order 'N'"):
+        lc.select_launch("gemm", "cuda", scale_order="N", **kw)
+
+
+def test_the_transposed_product_at_large_block_m_masks_every_block_k():
+    """The transposed product at BLOCK_M 64 and up gave wrong sums with
+    K_TAIL on an H200 (docs/benchmarks.md): a K with a tail of its BLOCK_K
+    masks every BLOCK_K there, and an override asking for K_TAIL is refused;
+    the untransposed launches and BLOCK_M below 64 keep K_TAIL."""
+    kw = dict(kind=1, fmt="mxfp4", n=5760, k=1056, bf16=True, word_order="mma")  # 1056 = 16 x 64 + 32
+    for order in ("k", "n"):
+        c = lc.select_launch("gemm", "cuda", block_m=128, scale_order=order, **kw)
+        assert (c.SWAP_MN, c.EVEN_NK, c.K_TAIL) == (True, False, False), c
+        with pytest.raises(ValueError, match="K_TAIL with SWAP_MN at BLOCK_M 128"):
+            lc.select_launch("gemm", "cuda", block_m=128, scale_order=order, override=dict(K_TAIL=True), **kw)
+    assert lc.select_launch("gemm", "cuda", block_m=128, **dict(kw, word_order="k")).K_TAIL is True
+    assert lc.select_launch("gemm", "cuda", block_m=16, **dict(kw, k=2880)).K_TAIL is True  # 2880 = 11 x 256 + 64
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("order", SCALE_ORDERS)
+def test_large_block_m_sums_over_a_k_with_a_tail_gpu(order, gpu_device):
+    """gpt-oss-120b's GEMM2 at prefill (128 experts, N = K = 2880: a tail of
+    BLOCK_K 128; 4096 tokens, top-4: BLOCK_M 128), seeded random MXFP4
+    weights in each scale order: the tables' launch, and the one with
+    BLOCK_K 128 (whose transposed product summed wrong with K_TAIL on an
+    H200, by up to 6% of the largest output), each within contract (2) of
+    precision "ieee"'s sums, per element: both sum exact products of bf16
+    numbers in float32, so |bf16 - ieee| <= 2 gamma_K (|x| @ |W[e]|^T)."""
+    from harness.kernels.pair_layout import pair_layout
+
+    E, N, K, T, top_k = 128, 2880, 2880, 4096, 4
+    g = torch.Generator(device=gpu_device).manual_seed(11)
+    w = torch.randn(E, N, K, generator=g, device=gpu_device) * K ** -0.5
+    q = hf.quantize(w, "mxfp4")
+    del w
+    fw = _fused_weights(q, order)
+    ids = torch.topk(torch.randn(T, E, generator=g, device=gpu_device), top_k, dim=1).indices.reshape(-1)
+    x = torch.randn(T * top_k, K, generator=g, device=gpu_device).to(torch.bfloat16)
+    ieee = fused_gemm.moe_gemm(x.float(), ids, fw, precision="ieee", mode="fused").double()
+    mag = torch.zeros_like(ieee)
+    ax = x.abs().double()
+    for e in range(E):  # |x| @ |W[e]|^T over the rows of each expert (float64, one expert's weights at a time)
+        rows = (ids == e).nonzero().reshape(-1)
+        we = hf.dequantize(hf.QuantizedTensor(q.codes[e], q.scales[e], None, "mxfp4")).abs().double()
+        mag[rows] = ax[rows] @ we.T
+    bound = 2 * (K * hf.spec.U32 / (1 - K * hf.spec.U32)) * mag
+    bm128 = pair_layout(ids, E, block_m=128)
+    for what, kw in (("the tables' launch", {}),
+                     ("BLOCK_K 128", dict(config=dict(lc.GPU_CONFIGS["large"].settings(), BLOCK_N=64, BLOCK_K=128,
+                                                      num_stages=3, SPLIT_K=1), layout=bm128))):
+        got = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", mode="fused", **kw).double()
+        over = (got - ieee).abs() > bound
+        assert not bool(over.any()), (f"{what}, scale order {order}: {int(over.sum())} sums outside contract (2), "
+                                      f"worst {float(((got - ieee).abs() - bound).max()):.3g}")
+
+
+def test_the_launcher_passes_the_weights_scale_order(monkeypatch):
+    """moe_gemm selects its launch with the scale order its weights hold
+    (FusedWeights.scale_order), which picks the row at BLOCK_M 64 and up."""
+    seen = []
+    real = fused_gemm.select_launch
+
+    def spy(*args, **kw):
+        seen.append(kw.get("scale_order"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(fused_gemm, "select_launch", spy)
+    q = every_code_and_scale("mxfp4")  # rows of 2 blocks: either order can be stored
+    x = torch.eye(q.codes.shape[-1])
+    ids = torch.zeros(x.shape[0], dtype=torch.int64)
+    for order in SCALE_ORDERS:
+        seen.clear()
+        fused_gemm.moe_gemm(x, ids, _fused_weights(_finite_only(q), order), precision="ieee", mode="fused")
+        assert seen == [order], (order, seen)
 
 
 # ---- FusedWeights.plain_scales: E8M0 multipliers as the float whose

@@ -25,8 +25,9 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.kernels.launch_config import (VENDOR_TABLES, launch_tables, operands, resolve_mode, select_launch,
-                                           word_order)
+from harness.formats import get_format
+from harness.kernels.launch_config import (VENDOR_TABLES, launch_tables, operands, resolve_mode, scale_order,
+                                           select_launch, word_order)
 from harness.kernels.pair_layout import block_m_for
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "launches.json"
@@ -215,6 +216,14 @@ def _launch_dict(cfg, override) -> dict:
     return dict(items)
 
 
+def _scale_order(fmt, n, k) -> str:
+    """The scale bytes' order FusedWeights.from_quantized gives weights of this
+    N and K (launch_config.scale_order); "k" where N or K is unknown (0)."""
+    if fmt is None or n <= 0 or k <= 0 or k % get_format(fmt).block_size:
+        return "k"
+    return scale_order(n, k, get_format(fmt).block_size)
+
+
 def gemm_value(vendor, weights, bf16, post, bm, n, k, override):
     if weights == "scratch":
         launch, kind, fmt, w_bytes = "scratch_gemm", 0, None, 2 if bf16 else 4
@@ -225,7 +234,7 @@ def gemm_value(vendor, weights, bf16, post, bm, n, k, override):
     try:
         cfg = select_launch(launch, vendor, kind=kind, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, n=n, k=k,
                             w_bytes=w_bytes, override=override, word_order=word_order(vendor, fmt, k),
-                            plain_scales=weights.endswith(":plain"))
+                            plain_scales=weights.endswith(":plain"), scale_order=_scale_order(fmt, n, k))
     except ValueError as exc:
         return _error(exc)
     return {"meta": _launch_dict(cfg, override)}

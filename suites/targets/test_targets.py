@@ -239,6 +239,21 @@ def test_isa_mix_counts_the_machine_code():
     assert any(op.startswith("v_mfma_f32") and op.endswith("bf16") for op in gfx), gfx
 
 
+def test_the_transposed_prefill_launch_keeps_its_wgmmas_asynchronous():
+    """"large_n" (MXFP4 at BLOCK_M 64 and up, scale bytes in order "n") pays
+    only while ptxas keeps its wgmmas asynchronous, the next K step's decode
+    beside the MMA. Where a path that skips the K loop zeroes the
+    accumulator, ptxas serializes every wgmma of the kernel (C7515; seen on
+    the router weights' epilogue, gpt-oss' GEMM2): the kernel tells the
+    compiler that every program has a K step (tl.assume). The sm_90 SASS of
+    that launch then issues its wgmmas in groups: fewer WARPGROUP.ARRIVE
+    than HGMMA (serialized, one each)."""
+    mix, _ = _isa_row("sm_90", "fused.mxfp4.n.bf16.bm128.even.rs")
+    ops = mix["opcodes"]
+    hgmma = sum(v for op, v in ops.items() if op.startswith("HGMMA"))
+    assert 0 < ops.get("WARPGROUP.ARRIVE", 0) < hgmma, ops
+
+
 def test_rocm_bf16_code_rows_spare_the_software_rounding(monkeypatch):
     """Why ROCm's bf16 code launches take BF16_TRUNC: gfx942 has no packed
     bf16 multiply, so bf16 products compile to float32 multiplies each
@@ -279,7 +294,9 @@ def test_code_launches_compile_in_both_scale_orders():
     launcher binds their unit stride: every launch on element codes has the
     block stride bound to 1 ("k"), and each but the short-K row's also runs
     as ".n" with the row stride bound to 1 instead; on both backends, for
-    every weight format."""
+    every weight format. The order also picks the row at BLOCK_M 64 and up
+    (launch_config.row_names): CUDA's MXFP4 launches in order "n" take the
+    transposed product there, no others."""
     from harness.formats import FORMAT_NAMES
 
     for backend in ("cuda", "hip"):
@@ -295,6 +312,13 @@ def test_code_launches_compile_in_both_scale_orders():
             ks = {i["config"] for i in k_order if f".{fmt}." in i["config"] and ".shortk" not in i["config"]}
             ns = {i["config"].replace(".n.", ".", 1) for i in n_order if f".{fmt}." in i["config"]}
             assert ks and ks == ns, (backend, fmt, sorted(ks ^ ns)[:6])
+        # the order also picks the row at BLOCK_M 64 and up: "large_n", the transposed product, on CUDA's MXFP4
+        swapped = {i["config"] for i in code if i["constexprs"].get("SWAP_MN") and ".bm128." in i["config"]}
+        if backend == "cuda":
+            assert ("fused.mxfp4.n.bf16.bm128.even.rs" in swapped
+                    and all(c.startswith("fused.mxfp4.") and ".n." in c for c in swapped)), sorted(swapped)[:6]
+        else:
+            assert not swapped, sorted(swapped)[:6]
 
 
 # ---------------------------------------------------------------- faults shown red
