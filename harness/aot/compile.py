@@ -183,6 +183,8 @@ def _cuda_metrics(cubin: bytes, name: str) -> dict:
     return dict(n_regs=reg, n_spills=local // 4, stack_bytes=stack, local_bytes=local, static_shared=shared)
 
 
+_PTX_WGMMA = re.compile(r"\bwgmma\.mma_async\b")
+_PTX_COMMIT = re.compile(r"\bwgmma\.commit_group\b")
 _SASS_LINE = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 _GCN_LINE = re.compile(r"\s+([a-z][a-z0-9_]*)(?:\s|$)")
 
@@ -191,7 +193,9 @@ def isa_mix(ck, target: Target) -> dict:
     """The compiled kernel's machine instructions by opcode (`--isa`): SASS
     from cuobjdump on CUDA (opcodes with their modifiers, predicates
     dropped), the AMDGCN text Triton keeps on ROCm (mnemonics between the
-    kernel's label and its end label). Whole kernel, not per loop."""
+    kernel's label and its end label). Whole kernel, not per loop. CUDA
+    rows also count the PTX's wgmma.mma_async and wgmma.commit_group
+    (`ptx_wgmma`): how many wgmmas Triton issues per group before ptxas."""
     counts: dict = {}
     if target.backend == "hip":
         name = ck.metadata.name
@@ -212,7 +216,11 @@ def isa_mix(ck, target: Target) -> dict:
         raise RuntimeError(f"no instructions read from the {target.name} code of {ck.metadata.name}")
     for op in ops:
         counts[op] = counts.get(op, 0) + 1
-    return dict(instructions=len(ops), opcodes=dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))))
+    mix = dict(instructions=len(ops), opcodes=dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))))
+    if target.backend != "hip":  # how Triton groups its wgmmas before ptxas (one commit per wgmma: nothing to pipeline)
+        ptx = ck.asm.get("ptx", "")
+        mix["ptx_wgmma"] = dict(mma_async=len(_PTX_WGMMA.findall(ptx)), commit_group=len(_PTX_COMMIT.findall(ptx)))
+    return mix
 
 
 def isa_groups(opcodes: dict) -> dict:
@@ -388,7 +396,7 @@ def cache_key(item: dict, target: Target, triton_version: str, isa: bool = False
                signature=item["signature"], constexprs=item["constexprs"], options=item["options"],
                ints=item["ints"])
     if isa:  # rows with their instruction mix are cached apart (the default key is unchanged)
-        key["isa"] = True
+        key["isa"] = 2  # 2: the mix holds ptx_wgmma
     blob = json.dumps(key, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
