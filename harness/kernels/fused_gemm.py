@@ -158,6 +158,11 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     elif bf16:
         xk = xk.to(torch.bfloat16)
     xk = xk.contiguous()
+    if K == 0:  # the empty sum: the kernel takes at least one K step (its tl.assume), so none is launched
+        out.zero_()
+        if bias is not None:
+            out = out + bias.index_select(0, ids)
+        return out if row_scale is None else out * row_scale[:, None]
     if layout is not None:  # (rows, block_expert, block_m) of pair_layout, shared by both GEMMs
         rows, block_expert, bm = layout
     else:
@@ -228,6 +233,8 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, config: Optional[dict] = N
     (the reference's values); bfloat16: e * s for two-level rows (the GEMM
     on the scratch applies 1/gs after the dot), exact by contract (2)."""
     out = torch.empty(fw.E, fw.N, fw.K, dtype=dtype, device=fw.device)
+    if out.numel() == 0:  # nothing to write (the kernel takes at least one K step)
+        return out
     vendor = vendor_of(fw.device)
     cfg = select_launch("dequant", vendor, kind=fw.kind, fmt=fw.fmt, bf16=dtype == torch.bfloat16, n=fw.N, k=fw.K,
                         override=config, word_order=fw.word_order, plain_scales=fw.plain_scales)

@@ -550,6 +550,23 @@ def test_large_block_m_sums_over_a_k_with_a_tail_gpu(order, gpu_device):
                                       f"worst {float(((got - ieee).abs() - bound).max()):.3g}")
 
 
+def test_an_empty_k_sums_to_zero():
+    """K = 0: every output is the empty sum, +0, then the bias and the
+    router weight as the torch ops give them; the dequant pass writes
+    nothing. The kernel assumes at least one K step (tl.assume: the
+    interpreter checks it), so neither is launched."""
+    E, N, P = 2, 8, 5
+    fw = FusedWeights.from_float(torch.zeros(E, N, 0))
+    ids = torch.tensor([0, 1, 1, 0, 1])
+    bias = torch.randn(E, N, generator=torch.Generator().manual_seed(3))
+    rs = torch.rand(P, generator=torch.Generator().manual_seed(4))
+    out = fused_gemm.moe_gemm(torch.zeros(P, 0), ids, fw, precision="ieee", mode="fused")
+    assert_bitwise_equal(out, torch.zeros(P, N), "K = 0")
+    got = fused_gemm.moe_gemm(torch.zeros(P, 0), ids, fw, precision="ieee", mode="fused", bias=bias, row_scale=rs)
+    assert_bitwise_equal(got, (torch.zeros(P, N) + bias.index_select(0, ids)) * rs[:, None], "K = 0, bias, weights")
+    assert fused_gemm.fused_dequantize(fw).shape == (E, N, 0)
+
+
 def test_the_launcher_passes_the_weights_scale_order(monkeypatch):
     """moe_gemm selects its launch with the scale order its weights hold
     (FusedWeights.scale_order), which picks the row at BLOCK_M 64 and up."""
