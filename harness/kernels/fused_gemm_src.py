@@ -229,7 +229,7 @@ def _moe_gemm_kernel(
     if not K_TAIL:
         # Every program has a K step: a split is never empty (select_launch) and K > 0. Told so, the compiler drops
         # the path that skips the loop, whose zeroed accumulator ptxas counts inside the wgmma pipeline: it then
-        # serializes every wgmma of the transposed product ("large_n": ptxas C7515)
+        # serializes every wgmma of the transposed product (ptxas C7515; the rows at BLOCK_M 64 and up)
         tl.assume(kb_end > kb_beg)
     for part in tl.static_range(2 if K_TAIL else 1):
         if part == 0:
