@@ -22,7 +22,7 @@ import torch
 from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
 from harness.kernels import fused_act, fused_gemm
-from harness.kernels.launch_config import LARGE_BLOCK_M, SHORT_K_MAX, select_launch, word_order
+from harness.kernels.launch_config import SHORT_K_MAX, masks_every_block_k, select_launch, word_order
 from harness.kernels.pair_layout import BLOCK_MS
 from harness.aot.emulation_launches import ptr
 from harness.aot.registry import Variant, bind, register
@@ -97,9 +97,8 @@ def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
             if short.row != fused.row and not order:
                 yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", codes,
                                dict(short.meta(), **strides))
-        # a K with a tail of BLOCK_K: masks on the last BLOCK_K only (never the transposed product at BLOCK_M 64 and
-        # up, which masks every BLOCK_K: select_launch)
-        if not ov.get("EVEN_NK") and not (fused.SWAP_MN and bm >= LARGE_BLOCK_M):
+        # a K with a tail of BLOCK_K: masks on the last BLOCK_K only, where the launch takes K_TAIL at all
+        if not ov.get("EVEN_NK") and not masks_every_block_k(fused.SWAP_MN, bm):
             for epi, ktail in gemms("gemm", k=0, **dict(kw, override=dict(ov, K_TAIL=True))):
                 yield _variant(k, f"fused.{name}.{prec}.bm{bm}.ktail{epi}", codes, dict(ktail.meta(), **strides))
         if bm == BLOCK_MS[0]:

@@ -423,6 +423,15 @@ def table_row(vendor: str, ops: str, names: tuple) -> tuple:
     raise ValueError(f"no launch table of {vendor} ({ops} operands) has a row {' or '.join(names)}")
 
 
+def masks_every_block_k(swap_mn, block_m: int) -> bool:
+    """Whether a GEMM launch of this SWAP_MN and BLOCK_M masks every BLOCK_K
+    of a K with a tail, never K_TAIL: the transposed product at BLOCK_M 64
+    and up, which gave wrong sums with K_TAIL on an H200 (triton 3.6: up to
+    6% of the output's largest value, gpt-oss' w13 at BLOCK_K 128;
+    docs/benchmarks.md), where masks on every BLOCK_K gave the "ieee" sums."""
+    return bool(swap_mn) and block_m >= LARGE_BLOCK_M
+
+
 def k_tail(n: int, k: int, block_n: int, block_k: int) -> bool:
     """Whether a GEMM launch takes K_TAIL (the dequant pass, not timed with
     it, masks every BLOCK_K): N without a tail of BLOCK_N, K with one of
@@ -536,10 +545,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     if even_nk is None:
         even_nk = n % cfg["BLOCK_N"] == 0 and k % cfg["BLOCK_K"] == 0
     tail = override.get("K_TAIL")
-    # The transposed product at BLOCK_M 64 and up gave wrong sums with K_TAIL on an H200 (triton 3.6: up to 6% of
-    # the output's largest value, gpt-oss' w13 at BLOCK_K 128; docs/benchmarks.md), where masks on every BLOCK_K
-    # gave the "ieee" sums: such a launch masks every BLOCK_K and refuses K_TAIL
-    swapped_large = bool(cfg["SWAP_MN"]) and not dequant and bm >= LARGE_BLOCK_M
+    swapped_large = not dequant and masks_every_block_k(cfg["SWAP_MN"], bm)  # refuses K_TAIL
     if tail and swapped_large:
         raise ValueError(f"launch config K_TAIL with SWAP_MN at BLOCK_M {bm} (>= {LARGE_BLOCK_M}): the transposed "
                          f"product there masks every BLOCK_K")
