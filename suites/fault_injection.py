@@ -314,10 +314,10 @@ FAULTS += [
      "            topk_weights = torch.ones_like(topk_weights)\n", "            pass\n",
      [R + "test_family_router_weight_on_input.py::test_weight_on_the_input_only"]),
     ("experts: bias added before the dequantized GEMM's scale", "harness/moe/experts.py",
-     "self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias, x_scaled=scaled1)",
+     "self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias, x_scaled=scaled1,",
      "self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias if self.w13_bias is None "
      "or self.quant_config is None or self.quant_config.w13_gscale is None "
-     "else self.w13_bias / self.quant_config.w13_gscale.reshape(-1, 1), x_scaled=scaled1)",
+     "else self.w13_bias / self.quant_config.w13_gscale.reshape(-1, 1), x_scaled=scaled1,",
      [R + "test_family_bias_after_scale.py::test_bias_after_the_scale"]),
     ("experts: activation format taken from the weight row", "harness/moe/experts.py",
      "    def quant_dtype(self):\n        return self.scheme.quant_dtype",
@@ -775,7 +775,7 @@ FAULTS += [
      "(_torch_qdq(x, fmt, scale_mode, rounding, g) * g)",
      [P + "test_kernels.py::test_qdq_scale_out_is_the_two_ops"]),
     ("experts: nvfp4's scaled QDQ output handed to the GEMM as values (GPU)", "harness/moe/experts.py",
-     "x_scaled=scaled1)  # pair p", "x_scaled=False)  # pair p",
+     "x_scaled=scaled1,  # pair p", "x_scaled=False,  # pair p",
      [P + "test_moe_gpu.py::test_bf16_handoffs_change_no_bit"]),
     ("fused GEMM: x_scaled taken without the post factor that undoes it", "harness/kernels/fused_gemm.py",
      "    if x_scaled and (not post or x.dtype != torch.bfloat16):", "    if False:",
@@ -829,10 +829,12 @@ FAULTS += [
      "acc = acc * tl.load(row_scale_ptr + offs_m)[:, None]",
      [EP + "test_epilogue_is_the_torch_ops_bitwise"]),
     ("GEMM epilogue: bias applied after the router weight", "harness/kernels/fused_gemm_src.py",
-     "        if HAS_BIAS:\n            acc = acc + tl.load(bias_ptr + e * N + offs_n, mask=nmask, other=0.0)[None, :]\n"
+     "        if HAS_BIAS:  # bias rows of the weight rows (2N of them with ACT)\n"
+     "            acc = acc + tl.load(bias_ptr + e * (2 * N if ACT else N) + offs_n, mask=nmask, other=0.0)[None, :]\n"
      "        if ROW_SCALE:\n            acc = acc * tl.load(row_scale_ptr + rows_safe)[:, None]\n",
      "        if ROW_SCALE:\n            acc = acc * tl.load(row_scale_ptr + rows_safe)[:, None]\n"
-     "        if HAS_BIAS:\n            acc = acc + tl.load(bias_ptr + e * N + offs_n, mask=nmask, other=0.0)[None, :]\n",
+     "        if HAS_BIAS:\n"
+     "            acc = acc + tl.load(bias_ptr + e * (2 * N if ACT else N) + offs_n, mask=nmask, other=0.0)[None, :]\n",
      [EP + "test_epilogue_is_the_torch_ops_bitwise"]),
     ("GEMM epilogue: the split pass forgets the bias a split launch left", "harness/kernels/fused_gemm.py",
      "HAS_BIAS=bias is not None, ROW_SCALE=", "HAS_BIAS=False, ROW_SCALE=",
@@ -840,6 +842,22 @@ FAULTS += [
     ("GEMM epilogue: the bias fused after a post factor", "harness/kernels/launch_config.py",
      "    in_bias = bias and one_split and not has_post", "    in_bias = bias and one_split",
      [EP + "test_which_launch_does_its_epilogue"]),
+    # GEMM1's activation (moe_gemm's act): in the epilogue, or in the split-sum pass
+    ("GEMM1 activation epilogue: the up rows read N - 1 rows after the gate rows", "harness/kernels/fused_gemm_src.py",
+     "offs_n = offs_o + (lane // HALF) * N", "offs_n = offs_o + (lane // HALF) * (N - 1)",
+     [EP + "test_the_activation_is_that_of_the_gemms_result"]),
+    ("GEMM1 activation epilogue: gate and up halves swapped", "harness/kernels/fused_gemm_src.py",
+     "gate, up = tl.split(", "up, gate = tl.split(",
+     [EP + "test_the_activation_is_that_of_the_gemms_result"]),
+    ("GEMM1 activation epilogue: the bias rows of an expert N apart, not 2N", "harness/kernels/fused_gemm_src.py",
+     "bias_ptr + e * (2 * N if ACT else N) + offs_n", "bias_ptr + e * N + offs_n",
+     [EP + "test_the_activation_is_that_of_the_gemms_result"]),
+    ("split-sum activation: up read from the gate's column", "harness/kernels/fused_gemm_src.py",
+     "gate_at + N, p, mask", "gate_at, p, mask",
+     [EP + "test_the_activation_is_that_of_the_gemms_result"]),
+    ("GEMM1 activation: in the transposed product's epilogue too", "harness/kernels/launch_config.py",
+     "    return not swap_mn\n", "    return True\n",
+     [EP + "test_which_launch_applies_the_activation"]),
 ]
 
 # The routing's one-launch top-k: the indices of the stable descending sort.

@@ -13,7 +13,10 @@ of mode "predequant", MX weights with and without plain scale bytes
 which also picks the row of the BLOCK_M 64 and up),
 masked and unmasked N/K tails, and every epilogue a
 GEMM launch can get (EPILOGUES: none, the router weights of GEMM2, the bias
-of gpt-oss's GEMM1, both; the bias stays on the host after a post factor).
+of gpt-oss's GEMM1, both; GEMM1's activation, silu or the clamped SwiGLU,
+with and without the bias, writing float32 or, in the bf16 GEMMs, their bf16
+hand-off; the bias stays on the host after a post factor, and so does the
+activation after it).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import torch
 from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
 from harness.kernels import fused_act, fused_gemm
-from harness.kernels.launch_config import SHORT_K_MAX, masks_every_block_k, select_launch, word_order
+from harness.kernels.launch_config import ACT_CODES, SHORT_K_MAX, act_constexprs, masks_every_block_k, select_launch, word_order
 from harness.kernels.pair_layout import BLOCK_MS
 from harness.aot.emulation_launches import ptr
 from harness.aot.registry import Variant, bind, register
@@ -49,19 +52,35 @@ def _gemm_types(x_dt, w_dt, codes: bool = False):
                 out_ptr="*fp32", bias_ptr="*fp32", row_scale_ptr="*fp32", **{n: "i32" for n in _INTS})
 
 
-# (bias, row_scale) as the experts ask for them, named by what the launch then does in its epilogue
-EPILOGUES = ((False, False), (False, True), (True, False), (True, True))
+# (bias, row_scale, activation) as the experts ask for them, named by what the launch then does in its epilogue:
+# GEMM2's router weights, gpt-oss's GEMM1 bias, GEMM1's activation with or without the bias
+EPILOGUES = ((False, False, None), (False, True, None), (True, False, None), (True, True, None),
+             (False, False, "silu"), (True, False, "silu"), (False, False, "swiglu_clamp"),
+             (True, False, "swiglu_clamp"))
+_ACT_NAMES = {code: name for name, code in ACT_CODES.items()}
+
+
+def _act_outs(act: int, bf16: bool) -> tuple:
+    """The output pointer types of an epilogue: float32, and with an activation in the bf16 GEMMs also their
+    bf16 hand-off (the next GEMM's operand)."""
+    return ("*fp32", "*bf16") if act and bf16 else ("*fp32",)
+
+
+def _epilogue_name(bias: bool, rs: bool, act: int, out: str) -> str:
+    return ((".bias" if bias else "") + (".rs" if rs else "") + (f".{_ACT_NAMES[act]}" if act else "")
+            + (".bf16out" if out == "*bf16" else ""))
 
 
 def _epilogue_launches(launch, **kw):
-    """(name suffix, LaunchConfig) per distinct epilogue of the launch."""
+    """(name suffix, LaunchConfig, output pointer type) per distinct epilogue of the launch."""
     seen = set()
-    for bias, rs in EPILOGUES:
-        cfg = launch(bias=bias, row_scale=rs, **kw)
-        key = (cfg.HAS_BIAS, cfg.ROW_SCALE)
-        if key not in seen:
-            seen.add(key)
-            yield (".bias" if cfg.HAS_BIAS else "") + (".rs" if cfg.ROW_SCALE else ""), cfg
+    for bias, rs, act in EPILOGUES:
+        cfg = launch(bias=bias, row_scale=rs, act=ACT_CODES[act] if act else 0, **kw)
+        for out in _act_outs(cfg.ACT, cfg.BF16):
+            key = (cfg.HAS_BIAS, cfg.ROW_SCALE, cfg.ACT, out)
+            if key not in seen:
+                seen.add(key)
+                yield _epilogue_name(cfg.HAS_BIAS, cfg.ROW_SCALE, cfg.ACT, out), cfg, out
 
 
 def weight_formats():
@@ -90,17 +109,19 @@ def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
         name = fmt + (".plain" if plain else "") + order
         kw = dict(kw, scale_order="n" if order else "k")  # the order picks the row at BLOCK_M 64 and up
         fused = None
-        for epi, fused in gemms("gemm", k=0, **kw):
-            yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}{epi}", codes, dict(fused.meta(), **strides))
-        for epi, short in gemms("gemm", k=SHORT_K_MAX, **kw):
+        for epi, fused, out in gemms("gemm", k=0, **kw):
+            yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}{epi}", dict(codes, out_ptr=out),
+                           dict(fused.meta(), **strides))
+        for epi, short, out in gemms("gemm", k=SHORT_K_MAX, **kw):
             # a short K loop (K <= SHORT_K_MAX) takes a row of its own, and scale order "k"
             if short.row != fused.row and not order:
-                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", codes,
+                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", dict(codes, out_ptr=out),
                                dict(short.meta(), **strides))
         # a K with a tail of BLOCK_K: masks on the last BLOCK_K only, where the launch takes K_TAIL at all
         if not ov.get("EVEN_NK") and not masks_every_block_k(fused.SWAP_MN, bm):
-            for epi, ktail in gemms("gemm", k=0, **dict(kw, override=dict(ov, K_TAIL=True))):
-                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.ktail{epi}", codes, dict(ktail.meta(), **strides))
+            for epi, ktail, out in gemms("gemm", k=0, **dict(kw, override=dict(ov, K_TAIL=True))):
+                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.ktail{epi}", dict(codes, out_ptr=out),
+                               dict(ktail.meta(), **strides))
         if bm == BLOCK_MS[0]:
             meta = launch("dequant", kind=1, fmt=fmt, bf16=bf16, k=0, override=ov, plain_scales=plain).meta()
             types = dict(codes, x_ptr=ptr(x_dt), rows_ptr=ptr(x_dt), block_expert_ptr=ptr(x_dt), gs_ptr=ptr(x_dt),
@@ -132,16 +153,16 @@ def gemm_variants(backend: str):
                         yield from _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain)
                     # mode "predequant": the GEMM on the float scratch
                     post = bf16 and get_format(fmt).has_global_scale
-                    for epi, cfg in gemms("scratch_gemm", kind=0, bf16=bf16, has_post=post, block_m=bm, k=0,
-                                          w_bytes=x_dt.itemsize, override=ov):
+                    for epi, cfg, out in gemms("scratch_gemm", kind=0, bf16=bf16, has_post=post, block_m=bm, k=0,
+                                               w_bytes=x_dt.itemsize, override=ov):
                         yield _variant(k, f"predequant.gemm.{prec}.bm{bm}.{tail}" + (".post" if post else "") + epi,
-                                       _gemm_types(x_dt, x_dt), cfg.meta())
+                                       dict(_gemm_types(x_dt, x_dt), out_ptr=out), cfg.meta())
                 # float weights as given (scheme "bf16", FusedWeights.from_float)
                 for w_dt in FLOAT_DTYPES:
-                    for epi, cfg in gemms("gemm", kind=0, bf16=bf16, block_m=bm, k=0, w_bytes=w_dt.itemsize,
-                                          override=ov):
-                        yield _variant(k, f"float.w{_DT[w_dt]}.{prec}.bm{bm}.{tail}{epi}", _gemm_types(x_dt, w_dt),
-                                       cfg.meta())
+                    for epi, cfg, out in gemms("gemm", kind=0, bf16=bf16, block_m=bm, k=0, w_bytes=w_dt.itemsize,
+                                               override=ov):
+                        yield _variant(k, f"float.w{_DT[w_dt]}.{prec}.bm{bm}.{tail}{epi}",
+                                       dict(_gemm_types(x_dt, w_dt), out_ptr=out), cfg.meta())
 
 
 def silu_variants(backend=None):
@@ -173,13 +194,16 @@ def topk_sum_variants(backend=None):
 
 
 def split_sum_variants(backend=None):
-    """The K-split epilogue: with and without the bias and the row scale."""
+    """The K-split epilogue (and the one a GEMM launch leaves): with and
+    without the bias and the row scale, and the activation after them."""
     k = fused_gemm._split_kernel(False)
     types = dict(part_ptr="*fp32", out_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i64", row_scale_ptr="*fp32",
                  total="i32", N="i32", splits="i32", stride_s="i32")
-    for bias, rs in EPILOGUES:
-        yield _variant(k, "split" + (".bias" if bias else "") + (".rs" if rs else ""), types,
-                       dict(fused_gemm.SPLIT_SUM_META, HAS_BIAS=bias, ROW_SCALE=rs))
+    for bias, rs, act in EPILOGUES:
+        code = ACT_CODES[act] if act else 0
+        for out in _act_outs(code, True):
+            yield _variant(k, "split" + _epilogue_name(bias, rs, code, out), dict(types, out_ptr=out),
+                           dict(fused_gemm.SPLIT_SUM_META, HAS_BIAS=bias, ROW_SCALE=rs, **act_constexprs(code)))
 
 
 register("_moe_gemm_kernel", lambda: fused_gemm._kernel(False), gemm_variants)

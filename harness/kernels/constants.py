@@ -21,8 +21,11 @@ SPECIALS_CODE = {"none": 0, "fn": 1, "ieee": 2}
 SCALE_MODE_CODE = SCALE_MODE_CODES
 ROUNDING_CODE = {name: i for i, name in enumerate(ROUNDINGS)}  # rne away
 F32_MANT_BITS = 23
+# gpt-oss's clamped SwiGLU (harness.kernels.fused_act and the GEMM's epilogue, launch_config.act_constexprs)
+SWIGLU_LIMIT = 7.0
+SWIGLU_ALPHA = 1.702
 
-__all__ = ["F32_MANT_BITS", "ROUNDING_CODE", "SCALE_MODE_CODE", "SPECIALS_CODE", "element_constants", "f32",
+__all__ = ["F32_MANT_BITS", "ROUNDING_CODE", "SCALE_MODE_CODE", "SPECIALS_CODE", "SWIGLU_ALPHA", "SWIGLU_LIMIT", "element_constants", "f32",
            "f32_bits", "kernel_constants"]
 
 

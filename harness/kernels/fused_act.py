@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import torch
 
+# gpt-oss's clamped SwiGLU constants (harness.moe.activations reads them from here: kernels are the floor below)
+from harness.kernels.constants import SWIGLU_ALPHA, SWIGLU_LIMIT
 from harness.kernels.launch import triton_cdiv
 from harness.kernels.loader import kernels
 
-# gpt-oss's clamped SwiGLU constants (harness.moe.activations reads them from here: kernels are the floor below)
-SWIGLU_LIMIT = 7.0
-SWIGLU_ALPHA = 1.702
+__all__ = ["ACTIVATIONS", "SWIGLU_ALPHA", "SWIGLU_LIMIT", "scale_to_bf16", "silu_and_mul", "swiglu_clamp",
+           "topk_sum"]
 
 BLOCK = 1024
 # Launch constexprs and compile options (fused_aot.py compiles the same).

@@ -25,7 +25,8 @@ from harness.kernels import fused_act
 from harness.kernels.error_bound import c_prec
 from harness.kernels.fused_weights import FusedWeights
 from harness.kernels.launch import run_kernel, triton_cdiv
-from harness.kernels.launch_config import PREDEQUANT_MIN_ROWS_PER_EXPERT, resolve_mode, select_launch, vendor_of
+from harness.kernels.launch_config import (ACT_CODES, PREDEQUANT_MIN_ROWS_PER_EXPERT, act_constexprs, resolve_mode,
+                                           select_launch, vendor_of)
 from harness.kernels.loader import kernels
 from harness.kernels.pair_layout import pair_layout
 from harness.kernels.precision import PRECISIONS, RESOLVED_PRECISIONS, resolve_precision
@@ -46,7 +47,8 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
              a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
              config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
              x_row_div: int = 1, bias: Optional[torch.Tensor] = None,
-             row_scale: Optional[torch.Tensor] = None, x_scaled: bool = False) -> torch.Tensor:
+             row_scale: Optional[torch.Tensor] = None, x_scaled: bool = False, act: Optional[str] = None,
+             act_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """See _moe_gemm_impl. Launched through the custom op moe_harness::moe_gemm,
     opaque to torch.compile (dynamo cannot trace Triton's launcher state), so
     compiled forwards keep one graph; a launch override `config` (tuning
@@ -55,11 +57,26 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
     if config is not None:
         return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m,
                               config=config, mode=mode, layout=layout, x_row_div=x_row_div, bias=bias,
-                              row_scale=row_scale, x_scaled=x_scaled)
+                              row_scale=row_scale, x_scaled=x_scaled, act=act, act_dtype=act_dtype)
     rows, block_expert, bm = layout if layout is not None else (None, None, block_m or 0)
+    code = _act_code(act, act_dtype, fw.N)
     return _moe_gemm_op(x, ids, fw.data, fw.scales, fw.gscale, a_gscale, fw.kind,
                         fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert, x_row_div,
-                        bias, row_scale, fw.word_order, fw.plain_scales, bool(x_scaled))
+                        bias, row_scale, fw.word_order, fw.plain_scales, bool(x_scaled), code,
+                        act_dtype == torch.bfloat16)
+
+
+def _act_code(act: Optional[str], act_dtype: torch.dtype, n: int) -> int:
+    """The kernel's activation code of `act` (None: 0), checked with its output dtype and the weights' N."""
+    if act is None:
+        return 0
+    if act not in ACT_CODES:
+        raise ValueError(f"moe_gemm act: unknown activation {act!r}; expected one of {', '.join(ACT_CODES)}")
+    if act_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"moe_gemm act {act!r} writes float32 or bfloat16, got {act_dtype}")
+    if n % 2:
+        raise ValueError(f"moe_gemm act {act!r} needs weights of 2I rows (gate then up), got N={n}")
+    return ACT_CODES[act]
 
 
 @torch.library.custom_op("moe_harness::moe_gemm", mutates_args=())
@@ -68,18 +85,23 @@ def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales:
                  N: int, K: int, precision: str, block_m: int, mode: str, rows: Optional[torch.Tensor] = None,
                  block_expert: Optional[torch.Tensor] = None, x_row_div: int = 1,
                  bias: Optional[torch.Tensor] = None, row_scale: Optional[torch.Tensor] = None,
-                 word_order: str = "k", plain_scales: bool = False, x_scaled: bool = False) -> torch.Tensor:
+                 word_order: str = "k", plain_scales: bool = False, x_scaled: bool = False, act: int = 0,
+                 act_bf16: bool = False) -> torch.Tensor:
     fw = FusedWeights(kind, data, scales, gscale, fmt or None, E, N, K, word_order)
     fw.plain_scales = plain_scales  # the flag of the FusedWeights moe_gemm took these tensors from
     layout = (rows, block_expert, block_m) if rows is not None else None
+    name = {v: k for k, v in ACT_CODES.items()}.get(act)
     return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode,
-                          layout=layout, x_row_div=x_row_div, bias=bias, row_scale=row_scale, x_scaled=x_scaled)
+                          layout=layout, x_row_div=x_row_div, bias=bias, row_scale=row_scale, x_scaled=x_scaled,
+                          act=name, act_dtype=torch.bfloat16 if act_bf16 else torch.float32)
 
 
 @_moe_gemm_op.register_fake
 def _moe_gemm_fake(x, ids, data, scales, gscale, a_gscale, kind, fmt, E, N, K, precision, block_m, mode,
                    rows=None, block_expert=None, x_row_div=1, bias=None, row_scale=None, word_order="k",
-                   plain_scales=False, x_scaled=False):
+                   plain_scales=False, x_scaled=False, act=0, act_bf16=False):
+    if act:
+        return x.new_empty((ids.shape[0], N // 2), dtype=torch.bfloat16 if act_bf16 else torch.float32)
     return x.new_empty((ids.shape[0], N), dtype=torch.float32)
 
 
@@ -92,21 +114,27 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
                    a_gscale: Optional[torch.Tensor] = None, block_m: Optional[int] = None,
                    config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
                    x_row_div: int = 1, bias: Optional[torch.Tensor] = None,
-                   row_scale: Optional[torch.Tensor] = None, x_scaled: bool = False) -> torch.Tensor:
+                   row_scale: Optional[torch.Tensor] = None, x_scaled: bool = False, act: Optional[str] = None,
+                   act_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x [P / x_row_div, K] float32, ids [P] int64 expert of each pair -> [P,
     N] float32 = x[p // x_row_div] @ W[ids[p]].T (GEMM1 passes the tokens
     and top_k: no [P, K] copy of x); then, where given, + bias[ids[p]] (bias
     [E, N] float32) and * row_scale[p] (row_scale [P] float32), each one
     float32 operation with the bits of torch's `h + bias.index_select(0, ids)`
     and `h * row_scale[:, None]`: in the kernel's epilogue where the launch
-    can (one K split; the bias not after a post factor), else by those torch
-    ops after the split sum. precision "bf16" with nvfp4 needs
+    can (one K split; the bias not after a post factor), else in the
+    split-sum pass after it (one launch). precision "bf16" with nvfp4 needs
     a_gscale (the encode-side global scale x was QDQ'd with). In precision
     "bf16" (no post factor) x may come as bfloat16, already the operand x
     rounds to: no conversion pass. x_scaled (nvfp4 in "bf16"): x is bfloat16
     already holding bf16(x_qdq * a_gscale), the operand this function would
     compute (the QDQ wrote it: harness.kernels.api.qdq's scale_out); a_gscale
-    still gives the post factor.
+    still gives the post factor. act (GEMM1, weights of N = 2I rows, gate
+    then up; launch_config.ACT_CODES): returns [P, I] in act_dtype (float32
+    or bfloat16) = act(gate, up) of that result, the bits of the activation
+    pass (fused_act) on it rounded once to act_dtype: in the kernel's
+    epilogue where the launch holds the bias and row scale (one split, the
+    bias not after a post factor), else in the split-sum pass.
 
     mode "fused": dequant inside the GEMM's K loop (each weight tile is decoded
     once per BLOCK_M rows of its expert). "predequant": the same kernel's
@@ -130,7 +158,9 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         raise ValueError(f"bias must be float32 [E, N] = [{fw.E}, {fw.N}], got {bias.dtype} {tuple(bias.shape)}")
     if row_scale is not None and (row_scale.dtype != torch.float32 or tuple(row_scale.shape) != (P,)):
         raise ValueError(f"row_scale must be float32 [P] = [{P}], got {row_scale.dtype} {tuple(row_scale.shape)}")
-    out = torch.empty(P, fw.N, dtype=torch.float32, device=x.device)
+    code = _act_code(act, act_dtype, fw.N)
+    n_out = fw.N // 2 if code else fw.N
+    out = torch.empty(P, n_out, dtype=act_dtype if code else torch.float32, device=x.device)
     if P == 0:
         return out
     interpret = vendor == "interpreter"
@@ -142,6 +172,10 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         # rows gave 7.9e8 for weights of 0.06, triton 3.9); bf16 is a GPU path.
         raise ValueError("fused GEMM precision 'bf16' needs a CUDA/ROCm device: the Triton interpreter (CPU) does not "
                          "compute bf16 dots correctly; use precision 'ieee' (what 'auto' picks on CPU)")
+    if code and act_dtype == torch.bfloat16 and interpret:
+        # The interpreter rounds float32 to bf16 by truncation (1.8795 -> 1.875, not 1.8828; triton 3.9)
+        raise ValueError("fused GEMM act_dtype bfloat16 needs a CUDA/ROCm device: the Triton interpreter (CPU) does "
+                         "not round float32 to bf16 to nearest; use act_dtype float32 there")
     if x_scaled and (not post or x.dtype != torch.bfloat16):
         raise ValueError(f"x_scaled: x is bf16(x_qdq * a_gscale), the operand of a two-level format's GEMM in "
                          f"precision 'bf16'; got x {x.dtype} for {fw.fmt} in precision {precision!r}")
@@ -159,10 +193,8 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
         xk = xk.to(torch.bfloat16)
     xk = xk.contiguous()
     if K == 0:  # the empty sum: the kernel takes at least one K step (its tl.assume), so none is launched
-        out.zero_()
-        if bias is not None:
-            out = out + bias.index_select(0, ids)
-        return out if row_scale is None else out * row_scale[:, None]
+        part = torch.zeros(1, P, fw.N, dtype=torch.float32, device=x.device)
+        return _split_sum(part, out, ids, bias, row_scale, interpret, code)
     if layout is not None:  # (rows, block_expert, block_m) of pair_layout, shared by both GEMMs
         rows, block_expert, bm = layout
     else:
@@ -177,15 +209,19 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
                         sm_count=None if interpret else sm_count(x.device), bias=bias is not None,
                         row_scale=row_scale is not None, override=config, word_order=run_fw.word_order,
                         plain_scales=run_fw.plain_scales, scale_order=run_fw.scale_order or "k",
-                        cuda_cc=torch.cuda.get_device_capability(x.device) if vendor == "cuda" else None)
-    n_tiles = triton_cdiv(fw.N, cfg.BLOCK_N)
+                        cuda_cc=torch.cuda.get_device_capability(x.device) if vendor == "cuda" else None, act=code)
+    n_tiles = triton_cdiv(n_out, cfg.BLOCK_N // 2) if cfg.ACT else triton_cdiv(fw.N, cfg.BLOCK_N)
     splits = cfg.SPLIT_K
     # Split-K partials land in [splits, P, N] and are summed in split order
     # (_split_sum, no atomics: the same bits every run); contract (2)
     # bounds any summation order, so it covers the split sum too. HAS_POST
     # scales each partial: one rounding per split, inside c_prec (2^-7) of
     # the two-level rows that have a post factor.
-    part = out if splits == 1 else torch.empty(splits, P, fw.N, dtype=torch.float32, device=x.device)
+    # what the launch leaves of the bias, row scale and activation the split-sum pass does, on the GEMM's [1, P,
+    # N] float32 result (one launch where torch's index_select, add and multiply took three)
+    direct = (splits == 1 and (cfg.ACT or not code) and (bias is None or cfg.HAS_BIAS)
+              and (row_scale is None or cfg.ROW_SCALE))
+    part = out if direct else torch.empty(splits, P, fw.N, dtype=torch.float32, device=x.device)
     grid = (block_expert.shape[0], n_tiles, splits)
     dummy = out
     sc = run_fw.scales
@@ -193,18 +229,15 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     rs_k = row_scale.contiguous() if cfg.ROW_SCALE else dummy
     args = (xk, rows, block_expert, run_fw.data, sc if sc is not None else dummy,
             fw.gscale if two_level else dummy, g.reshape(1) if g is not None else dummy, part, bias_k, rs_k,
-            fw.N, K,
-            xk.stride(0), out.stride(0),
+            n_out if cfg.ACT else fw.N, K,
+            xk.stride(0), part.stride(-2),
             run_fw.data.stride(0), run_fw.data.stride(1), sc.stride(0) if sc is not None else 0,
             sc.stride(1) if sc is not None else 0, sc.stride(2) if sc is not None else 0, cfg.SPLIT_BLOCKS, P * fw.N,
             x_row_div)
     run_kernel(_kernel(interpret), grid, args, cfg.meta(), interpret)
-    if splits > 1:  # the split sum, bias and row scale in one pass
-        return _split_sum(part, out, ids, bias, row_scale, interpret)
-    if bias is not None and not cfg.HAS_BIAS:  # after a post factor (never contracted with it)
-        out = out + bias.index_select(0, ids)
-    if row_scale is not None and not cfg.ROW_SCALE:
-        out = out * row_scale[:, None]
+    if not direct:  # the split sum, bias (after a post factor: never contracted with it), row scale, activation
+        return _split_sum(part, out, ids, bias if not cfg.HAS_BIAS else None,
+                          row_scale if not cfg.ROW_SCALE else None, interpret, code)
     return out
 
 
@@ -214,17 +247,21 @@ def _split_kernel(interpret: bool):
 
 
 def _split_sum(part: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, bias: Optional[torch.Tensor],
-               row_scale: Optional[torch.Tensor], interpret: bool) -> torch.Tensor:
+               row_scale: Optional[torch.Tensor], interpret: bool, act: int = 0) -> torch.Tensor:
     """out [P, N] = partials [S, P, N] summed in split order, + bias[ids],
     * row_scale: one launch where torch takes one per operation (a decode
-    forward on split GEMMs paid five more launches)."""
+    forward on split GEMMs paid five more launches). With activation code
+    `act`: out [P, N / 2] = act(gate, up) of that sum, in out's dtype."""
     S, P, N = part.shape
-    meta = dict(SPLIT_SUM_META, HAS_BIAS=bias is not None, ROW_SCALE=row_scale is not None)
+    n_out = out.shape[1]
+    meta = dict(SPLIT_SUM_META, HAS_BIAS=bias is not None, ROW_SCALE=row_scale is not None, **act_constexprs(act))
     if interpret:
         meta = {k: v for k, v in meta.items() if k not in ("num_warps", "enable_fp_fusion")}
-    args = (part, out, bias.contiguous() if bias is not None else out, ids.contiguous(),
-            row_scale.contiguous() if row_scale is not None else out, P * N, N, S, P * N)
-    run_kernel(_split_kernel(interpret), (triton_cdiv(P * N, SPLIT_SUM_META["BLOCK"]),), args, meta, interpret)
+    args = (part, out, bias.contiguous() if bias is not None else part, ids.contiguous(),
+            row_scale.contiguous() if row_scale is not None else part, P * n_out, n_out, S, P * N)
+    if P * n_out:
+        run_kernel(_split_kernel(interpret), (triton_cdiv(P * n_out, SPLIT_SUM_META["BLOCK"]),), args, meta,
+                   interpret)
     return out
 
 

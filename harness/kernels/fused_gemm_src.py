@@ -12,6 +12,19 @@ import triton
 import triton.language as tl
 
 from .triton_src import F32_BIAS, F32_MANT, _decode, _e8m0_value  # relative: within the loaded kind (loader.py)
+from .fused_act_src import _silu_mul, _swiglu_clamp
+
+
+@triton.jit
+def _act(gate, up, ACT: tl.constexpr, ACT_LIMIT: tl.constexpr, ACT_ALPHA: tl.constexpr):
+    """Activation code ACT (launch_config.ACT_CODES): 1 silu(gate) * up, 2 gpt-oss's clamped SwiGLU: the
+    one-pass kernels' bits (fused_act_src.py)."""
+    if ACT == 1:
+        out = _silu_mul(gate, up)
+    else:
+        tl.static_assert(ACT == 2, "ACT: 1 silu, 2 swiglu_clamp")
+        out = _swiglu_clamp(gate, up, ACT_LIMIT, ACT_ALPHA)
+    return out
 
 
 @triton.jit
@@ -174,6 +187,11 @@ def _moe_gemm_kernel(
     # (exact: a power of two, a normal product), where _decode builds it by bits (sm_90 SASS of the BLOCK_M 16
     # GEMM, div16 strides: 1296 -> 1152 instructions)
     S_CVT: tl.constexpr = False,
+    # the activation in the epilogue (GEMM1, one split; launch_config.ACT_CODES: 0 none, 1 silu, 2 swiglu_clamp
+    # with ACT_LIMIT / ACT_ALPHA), after the bias: N is then the output's columns and the weights hold 2N rows,
+    # gate (row n) then up (row N + n). A tile takes BLOCK_N // 2 gate rows and the same up rows and stores their
+    # act(gate, up) in the output's dtype, where the GEMM alone would store [P, 2N] float32 for a pass to read
+    ACT: tl.constexpr = 0, ACT_LIMIT: tl.constexpr = 0.0, ACT_ALPHA: tl.constexpr = 0.0,
 ):
     # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
     BYTES_E2M1: tl.constexpr = BYTE_DECODE and FAST_DECODE and SPECIALS == 0 and WIDTH == 4
@@ -209,8 +227,15 @@ def _moe_gemm_kernel(
         rmask = rows >= 0
         rows_safe = tl.where(rmask, rows, 0)
         x_rows = rows_safe // x_row_div
-    offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    nmask = offs_n < N
+    if ACT:  # HALF gate rows, then the up rows N further on (HALF-long contiguous runs, as the loads need)
+        HALF: tl.constexpr = BLOCK_N // 2
+        lane = tl.arange(0, BLOCK_N)
+        offs_o = pid_n.to(tl.int64) * HALF + lane % HALF
+        nmask = offs_o < N
+        offs_n = offs_o + (lane // HALF) * N
+    else:
+        offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = offs_n < N
     w_base = w_ptr + e * stride_we + offs_n[:, None] * stride_wn
     if PACKED:  # the same rows as int32 words: the byte strides are multiples of 4 (K % 8 == 0)
         w_words = (w_ptr + e * stride_we).to(tl.pointer_type(tl.int32)) + offs_n[:, None] * (stride_wn // 4)
@@ -361,33 +386,62 @@ def _moe_gemm_kernel(
         # The torch ops the epilogue replaces, in their order and rounding: h + bias[ids] (one float32
         # add; never after HAS_POST's multiply, where the compiler could contract the two into an FMA),
         # then h * weight of the pair (one float32 multiply)
-        if HAS_BIAS:
-            acc = acc + tl.load(bias_ptr + e * N + offs_n, mask=nmask, other=0.0)[None, :]
+        if HAS_BIAS:  # bias rows of the weight rows (2N of them with ACT)
+            acc = acc + tl.load(bias_ptr + e * (2 * N if ACT else N) + offs_n, mask=nmask, other=0.0)[None, :]
         if ROW_SCALE:
             acc = acc * tl.load(row_scale_ptr + rows_safe)[:, None]
-        tl.store(out_ptr + pid_k.to(tl.int64) * stride_os + rows_safe[:, None] * stride_om + offs_n[None, :], acc,
-                 mask=rmask[:, None] & nmask[None, :])
+        if ACT:  # columns [gate HALF | up HALF] -> act(gate, up) [BLOCK_M, HALF]
+            gate, up = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, HALF)), (0, 2, 1)))
+            h = _act(gate, up, ACT, ACT_LIMIT, ACT_ALPHA)
+            offs_h = pid_n.to(tl.int64) * HALF + tl.arange(0, HALF)
+            tl.store(out_ptr + rows_safe[:, None] * stride_om + offs_h[None, :], h.to(out_ptr.dtype.element_ty),
+                     mask=rmask[:, None] & (offs_h < N)[None, :])
+        else:
+            tl.store(out_ptr + pid_k.to(tl.int64) * stride_os + rows_safe[:, None] * stride_om + offs_n[None, :],
+                     acc, mask=rmask[:, None] & nmask[None, :])
 
 
 @triton.jit
-def _split_sum_kernel(part_ptr, out_ptr, bias_ptr, ids_ptr, row_scale_ptr, total, N, splits, stride_s,
-                      HAS_BIAS: tl.constexpr, ROW_SCALE: tl.constexpr, BLOCK: tl.constexpr):
-    """The epilogue of a K-split GEMM, one pass: partials [splits, P, N] ->
-    out [P, N] = their sum in split order (((p0 + p1) + p2) + ...), then +
-    bias[ids[p]] and * row_scale[p], one float32 operation each in that
-    order (the bits of `h + bias.index_select(0, ids)` and
-    `h * row_scale[:, None]` on the sum)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < total
+def _split_column(part_ptr, ids_ptr, bias_ptr, row_scale_ptr, offs, p, mask, W, splits, stride_s,
+                  HAS_BIAS: tl.constexpr, ROW_SCALE: tl.constexpr):
+    """Offsets `offs` of partials [splits, P, W] (pairs p): the sum in split
+    order, + bias[ids[p], offs - p W], * row_scale[p]."""
     ptrs = part_ptr + offs
     acc = tl.load(ptrs, mask=mask, other=0.0)
     for _ in range(1, splits):
         ptrs += stride_s  # 64-bit pointers: no int32 product of split and stride
         acc = acc + tl.load(ptrs, mask=mask, other=0.0)
-    p = offs // N
     if HAS_BIAS:
         e = tl.load(ids_ptr + p, mask=mask, other=0)
-        acc = acc + tl.load(bias_ptr + e * N + offs % N, mask=mask, other=0.0)
+        acc = acc + tl.load(bias_ptr + e * W + (offs - p * W), mask=mask, other=0.0)
     if ROW_SCALE:
         acc = acc * tl.load(row_scale_ptr + p, mask=mask, other=0.0)
-    tl.store(out_ptr + offs, acc, mask=mask)
+    return acc
+
+
+@triton.jit
+def _split_sum_kernel(part_ptr, out_ptr, bias_ptr, ids_ptr, row_scale_ptr, total, N, splits, stride_s,
+                      HAS_BIAS: tl.constexpr, ROW_SCALE: tl.constexpr, BLOCK: tl.constexpr,
+                      ACT: tl.constexpr = 0, ACT_LIMIT: tl.constexpr = 0.0, ACT_ALPHA: tl.constexpr = 0.0):
+    """The epilogue of a K-split GEMM (or of one whose launch left it), one
+    pass: partials [splits, P, N] -> out [P, N] = their sum in split order
+    (((p0 + p1) + p2) + ...), then + bias[ids[p]] and * row_scale[p], one
+    float32 operation each in that order (the bits of `h + bias.index_select(0,
+    ids)` and `h * row_scale[:, None]` on the sum). With ACT (the GEMM
+    kernel's codes) the partials are [splits, P, 2N], gate then up, and out
+    [P, N] = act(gate, up) in out's dtype; total is P x N either way (an
+    int32, so the offsets' quotients are taken in 32 bits)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < total
+    if ACT:
+        p = (offs.to(tl.int32) // N).to(tl.int64)
+        gate_at = offs + p * N  # [P, 2N]: row p's gate at p 2N + col, its up N further on
+        gate = _split_column(part_ptr, ids_ptr, bias_ptr, row_scale_ptr, gate_at, p, mask, 2 * N, splits, stride_s,
+                             HAS_BIAS, ROW_SCALE)
+        up = _split_column(part_ptr, ids_ptr, bias_ptr, row_scale_ptr, gate_at + N, p, mask, 2 * N, splits,
+                           stride_s, HAS_BIAS, ROW_SCALE)
+        acc = _act(gate, up, ACT, ACT_LIMIT, ACT_ALPHA)
+    else:
+        acc = _split_column(part_ptr, ids_ptr, bias_ptr, row_scale_ptr, offs, offs // N, mask, N, splits, stride_s,
+                            HAS_BIAS, ROW_SCALE)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)

@@ -34,7 +34,7 @@ import torch
 import harness.formats as hf
 
 from harness.kernels import fp4_words
-from harness.kernels.constants import element_constants
+from harness.kernels.constants import SWIGLU_ALPHA, SWIGLU_LIMIT, element_constants
 from harness.kernels.launch import triton_cdiv
 from harness.kernels.split_k import split_k
 
@@ -168,6 +168,22 @@ DEQUANT_BLOCK_M = 16  # the dequant pass's BLOCK_M constexpr (it has no rows of 
 # The fields an override may set.
 OVERRIDABLE = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "SPLIT_K")
 
+# The activations a GEMM1 launch can apply in its epilogue (the kernel's ACT; fused_gemm_src._act), by the names
+# of harness.moe.activations, and their constexprs
+ACT_CODES = {"silu": 1, "swiglu_clamp": 2}
+
+
+def act_constexprs(act: int) -> dict:
+    """The kernel constexprs of activation code `act` (0: none, nothing passed)."""
+    if act not in (0, *ACT_CODES.values()):
+        raise ValueError(f"unknown activation code {act!r}; expected 0 or one of {ACT_CODES}")
+    if not act:
+        return {}
+    if act == ACT_CODES["swiglu_clamp"]:
+        return dict(ACT=act, ACT_LIMIT=SWIGLU_LIMIT, ACT_ALPHA=SWIGLU_ALPHA)
+    return dict(ACT=act)
+
+
 MODES = ("auto", "fused", "predequant")
 # mode "auto" pre-dequantizes (on GPU) once an expert averages this many rows.
 # Measured per GEMM on an H200 (docs/benchmarks.md): fused was
@@ -200,8 +216,9 @@ class LaunchConfig:
     BF16: bool
     HAS_POST: bool
     RAW_S: bool  # two-level codes multiplied by s alone (bf16 operands or scratch; 1/gs after the dot)
-    HAS_BIAS: bool  # the epilogue adds the expert's bias row (else the host does, after the split sum)
-    ROW_SCALE: bool  # the epilogue multiplies each pair's row by its weight (else the host does)
+    HAS_BIAS: bool  # the epilogue adds the expert's bias row (else the split-sum pass after it does)
+    ROW_SCALE: bool  # the epilogue multiplies each pair's row by its weight (else the split-sum pass does)
+    ACT: int  # the activation the epilogue applies after them (ACT_CODES; 0: none, or a pass after the GEMM)
     DEQUANT_ONLY: bool
     BLOCK_M: int
     BLOCK_N: int
@@ -233,6 +250,7 @@ class LaunchConfig:
                    HAS_BIAS=self.HAS_BIAS, ROW_SCALE=self.ROW_SCALE, DEQUANT_ONLY=self.DEQUANT_ONLY,
                    BLOCK_M=self.BLOCK_M, MMA_ORDER=self.MMA_ORDER, **format_constexprs(self.KIND, self.fmt))
         out.update((k, getattr(self, k)) for k in _LAUNCH_KEYS if getattr(self, k) is not None)
+        out.update(act_constexprs(self.ACT))  # only where it acts: other launches keep their keys
         if self.FOLD_BIAS and self.RAW_S:  # NVFP4's folded multiplier (only there: other launches keep their keys)
             out["S_FOLD_EXP"] = fold_exp(hf.get_format(self.fmt))
             if self.S_CVT:
@@ -432,6 +450,17 @@ def masks_every_block_k(swap_mn, block_m: int) -> bool:
     return bool(swap_mn) and block_m >= LARGE_BLOCK_M
 
 
+def act_in_epilogue(swap_mn) -> bool:
+    """Whether a GEMM launch that holds every operation before the
+    activation applies it in its epilogue (else the split-sum pass after it
+    does, fused_gemm._split_sum). Not in the transposed product (SWAP_MN):
+    there the epilogue's activation ran GEMM1 0.98-1.07x as long as the GEMM
+    and a pass after it on an H200 (triton 3.6; MXFP4 at T=16 and T=4096,
+    Qwen3-30B-A3B and gpt-oss-120b; docs/benchmarks.md), where the other
+    launches ran 0.96-0.99x (NVFP4, predequant's GEMM)."""
+    return not swap_mn
+
+
 def k_tail(n: int, k: int, block_n: int, block_k: int) -> bool:
     """Whether a GEMM launch takes K_TAIL (the dequant pass, not timed with
     it, masks every BLOCK_K): N without a tail of BLOCK_N, K with one of
@@ -462,7 +491,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                   pairs: int = 0, experts: int = 0, sm_count: Optional[int] = None,
                   bias: bool = False, row_scale: bool = False, override: Optional[Mapping] = None,
                   word_order: str = "k", plain_scales: bool = False,
-                  cuda_cc: Optional[tuple] = None, scale_order: str = "k") -> LaunchConfig:
+                  cuda_cc: Optional[tuple] = None, scale_order: str = "k", act: int = 0) -> LaunchConfig:
     """The launch configuration of one launch (LAUNCHES) on `vendor` (VENDORS).
 
     kind: the weights it reads (0 float, 1 element codes of `fmt`); bf16: tl.dot
@@ -475,7 +504,8 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     wants h + bias[e] and then h * row_scale[pair] after the GEMM; the
     epilogue does them (HAS_BIAS / ROW_SCALE) in one split only, and the bias
     never after a post factor (a multiply then an add may be contracted into
-    an FMA): what the launch leaves, the host does with the same torch ops.
+    an FMA): what the launch leaves, the split-sum pass after it does, the
+    bits of the same torch ops.
     word_order: the e2m1 weights' word order (FusedWeights.word_order); a
     row's SWAP_MN acts only on GEMM launches over "mma" words. plain_scales:
     the weights' FusedWeights.plain_scales, which sets PLAIN_SCALES on
@@ -484,7 +514,11 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     of the CUDA device the launch runs on (None: DEFAULT_CUDA_CC); it decides
     S_CVT (e4m3_convert). scale_order: the order of the weights' scale bytes
     (FusedWeights.scale_order; SCALE_ORDERS), which picks the row at BLOCK_M
-    64 and up ("large_n", row_names)."""
+    64 and up ("large_n", row_names). act: the activation code (ACT_CODES)
+    the caller wants applied after the bias and row scale, on weights of 2N
+    rows, gate then up (n: those 2N); the epilogue applies it (ACT) where it
+    holds all the operations before it, else the host's pass after the split
+    sum does."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
     if vendor not in VENDORS:
@@ -566,12 +600,21 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         splits = triton_cdiv(k_blocks, split_blocks)  # no empty split
     folded_s = bool(cfg["FOLD_BIAS"]) and s_fold  # the kernel's S_FOLDED (meta passes S_FOLD_EXP)
     s_cvt = folded_s and e4m3_convert(hf.get_format(fmt), DEFAULT_CUDA_CC if cuda_cc is None else cuda_cc)
+    act_constexprs(act)  # refuses an unknown code
+    if act and (dequant or cfg["BLOCK_N"] % 2):
+        raise ValueError(f"activation code {act} needs a GEMM launch with an even BLOCK_N (gate and up halves), got "
+                         f"{launch} BLOCK_N {cfg['BLOCK_N']}")
     one_split = splits == 1 and not dequant
     in_bias = bias and one_split and not has_post
+    in_rs = row_scale and one_split and (in_bias or not bias)
     return LaunchConfig(launch=launch, vendor=vendor, table=table, row=name, fmt=None if kind == 0 else fmt,
                         KIND=kind, BF16=bf16 and not dequant, HAS_POST=has_post and not dequant,
                         # the row scale comes after the bias: in the kernel only if the bias is there too (or none)
-                        HAS_BIAS=in_bias, ROW_SCALE=row_scale and one_split and (in_bias or not bias),
+                        HAS_BIAS=in_bias, ROW_SCALE=in_rs,
+                        # the activation after them: in the kernel only if they are there too (or not asked
+                        # for), and not in the transposed product (act_in_epilogue)
+                        ACT=act if (one_split and (in_bias or not bias) and (in_rs or not row_scale)
+                                    and act_in_epilogue(cfg["SWAP_MN"])) else 0,
                         RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
                         DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, MMA_ORDER=mma_order, EVEN_NK=even_nk,
                         K_TAIL=bool(tail),

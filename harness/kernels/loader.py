@@ -29,7 +29,7 @@ from types import ModuleType
 
 SOURCE_DIR = Path(__file__).resolve().parent
 # Kernel source files (module names in SOURCE_DIR), loaded in this order.
-SOURCES = ("triton_src", "fused_gemm_src", "fused_act_src", "moe_align_src", "topk_src")
+SOURCES = ("triton_src", "fused_act_src", "fused_gemm_src", "moe_align_src", "topk_src")
 PACKAGES = {False: "harness.kernels._compiled", True: "harness.kernels._interpreted"}
 _LOCK = threading.RLock()
 _LOADED: dict[bool, dict[str, ModuleType]] = {}

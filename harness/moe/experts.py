@@ -165,20 +165,23 @@ class ExpertsBase(torch.nn.Module):
         return xq
 
     def _gemm(self, x, ids, which: int, w_unfused, layout=None, x_row_div: int = 1, bias=None, row_scale=None,
-              x_scaled: bool = False):
+              x_scaled: bool = False, act=None, act_dtype=torch.float32):
         """The expert GEMM `which` (0: w13, 1: w2) of the pairs, + bias[ids]
         where given; row_scale (fused only: the kernel's epilogue or the
         same torch multiply) times each pair's row. x_scaled (fused only):
-        x is the QDQ's bf16 output with the global scale put back."""
+        x is the QDQ's bf16 output with the global scale put back. act
+        (fused only): the activation of GEMM1's gate and up, applied by the
+        GEMM's launches (moe_gemm's act), its result in act_dtype."""
         if self.backend == "fused":
             a_gscale = None
             if self.scheme.two_level:
                 a_gscale = self.a1_input_scale() if which == 0 else self.a2_input_scale()
             return fused_gemm.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
                                        a_gscale=a_gscale, mode=self.fused_mode, layout=layout, x_row_div=x_row_div,
-                                       bias=bias, row_scale=row_scale, x_scaled=x_scaled)
-        if row_scale is not None:
-            raise ValueError("row_scale is the fused backend's epilogue")
+                                       bias=bias, row_scale=row_scale, x_scaled=x_scaled, act=act,
+                                       act_dtype=act_dtype)
+        if row_scale is not None or act is not None:
+            raise ValueError("row_scale and act are the fused backend's epilogue")
         if x_row_div != 1:
             x = x.repeat_interleave(x_row_div, dim=0)
         return _add_bias(_grouped_gemm_unfused(x, ids, w_unfused[which]), bias, ids)
@@ -214,9 +217,17 @@ class ExpertsBase(torch.nn.Module):
         if self.backend == "fused":  # one expert-sorted layout for both GEMMs
 
             layout = fused_gemm.pair_layout(ids, self._kernel_weights[0].E)
-        h1 = self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias, x_scaled=scaled1)  # pair p: p // k
-        if self.backend == "fused" and activation in fused_act.ACTIVATIONS and h1.is_cuda:
-            g = fused_act.ACTIVATIONS[activation](h1, torch.bfloat16 if handoff else torch.float32)
+        # the activation: in GEMM1's launches on the GPU (fused, no trace: the trace keeps h1), the bits of the
+        # one-pass kernel (fused_act) on h1, itself the bits of the torch ops; else that kernel or the torch ops
+        g_dtype = torch.bfloat16 if handoff else torch.float32
+        in_gemm1 = (self.backend == "fused" and self.trace is None and activation in fused_act.ACTIVATIONS
+                    and hidden.is_cuda)
+        h1 = self._gemm(x, ids, 0, w, layout, x_row_div=k, bias=self.w13_bias, x_scaled=scaled1,  # pair p: p // k
+                        act=activation if in_gemm1 else None, act_dtype=g_dtype)
+        if in_gemm1:
+            g = h1
+        elif self.backend == "fused" and activation in fused_act.ACTIVATIONS and h1.is_cuda:
+            g = fused_act.ACTIVATIONS[activation](h1, g_dtype)
         else:
             g = act(h1)
         a = self.quantize_activation(g, self.a2_input_scale(), scale_out=scaled)
