@@ -25,8 +25,8 @@ F32_MANT_BITS = 23
 SWIGLU_LIMIT = 7.0
 SWIGLU_ALPHA = 1.702
 
-__all__ = ["F32_MANT_BITS", "ROUNDING_CODE", "SCALE_MODE_CODE", "SPECIALS_CODE", "SWIGLU_ALPHA", "SWIGLU_LIMIT", "element_constants", "f32",
-           "f32_bits", "kernel_constants"]
+__all__ = ["F32_MANT_BITS", "ROUNDING_CODE", "SCALE_MODE_CODE", "SPECIALS_CODE", "SWIGLU_ALPHA", "SWIGLU_LIMIT",
+           "element_constants", "f32", "f32_bits", "kernel_constants"]
 
 
 def f32_bits(value: float) -> int:

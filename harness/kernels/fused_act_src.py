@@ -24,8 +24,9 @@ else:
         return libdevice.exp(x)  # the device math library's expf, as ATen's exp: not tl.exp's approximation
 
 
-# The activations of gate and up (float32), shared by the one-pass kernels below and the GEMM's epilogue
-# and split-sum pass (fused_gemm_src.py: _act), so all compute the same bits. Every launch compiles without FMA contraction.
+# The activations of gate and up (float32), shared by the one-pass kernels below and the GEMM's epilogue and
+# split-sum pass (fused_gemm_src.py: _act), so all compute the same bits (every launch compiles without FMA
+# contraction).
 @triton.jit
 def _silu_mul(gate, up):
     # ATen's CUDA silu: x / (1 + expf(-x)) in float32, IEEE division; then the float32 product
@@ -40,7 +41,6 @@ def _swiglu_clamp(gate, up, limit, alpha):
     # ATen's CUDA sigmoid: 1 / (1 + expf(-z)) in float32, IEEE division
     sig = tl.math.div_rn(1.0, 1.0 + _expf(-(alpha * gate)))
     return (up + 1.0) * (gate * sig)
-
 
 
 @triton.jit

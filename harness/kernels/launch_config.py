@@ -454,10 +454,11 @@ def act_in_epilogue(swap_mn) -> bool:
     """Whether a GEMM launch that holds every operation before the
     activation applies it in its epilogue (else the split-sum pass after it
     does, fused_gemm._split_sum). Not in the transposed product (SWAP_MN):
-    there the epilogue's activation ran GEMM1 0.98-1.07x as long as the GEMM
-    and a pass after it on an H200 (triton 3.6; MXFP4 at T=16 and T=4096,
-    Qwen3-30B-A3B and gpt-oss-120b; docs/benchmarks.md), where the other
-    launches ran 0.96-0.99x (NVFP4, predequant's GEMM)."""
+    there the epilogue's silu ran GEMM1 1.00-1.07x as long as the GEMM and
+    a pass after it on an H200 (triton 3.6; MXFP4 at T=16 and T=4096,
+    Qwen3-30B-A3B and gpt-oss-120b; docs/benchmarks.md; 0.83x for gpt-oss
+    with its bias and clamped SwiGLU, whose bias epilogue alone ran slow),
+    where the other launches ran 0.96-1.00x (NVFP4, predequant's GEMM)."""
     return not swap_mn
 
 
@@ -517,8 +518,8 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     64 and up ("large_n", row_names). act: the activation code (ACT_CODES)
     the caller wants applied after the bias and row scale, on weights of 2N
     rows, gate then up (n: those 2N); the epilogue applies it (ACT) where it
-    holds all the operations before it, else the host's pass after the split
-    sum does."""
+    holds all the operations before it and act_in_epilogue allows, else the
+    split-sum pass after the GEMM does."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
     if vendor not in VENDORS:
