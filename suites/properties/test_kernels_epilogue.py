@@ -230,6 +230,8 @@ def test_which_launch_applies_the_activation():
     assert lc.act_constexprs(lc.ACT_CODES["swiglu_clamp"]) == dict(ACT=2, ACT_LIMIT=7.0, ACT_ALPHA=1.702)
     with pytest.raises(ValueError, match="unknown activation code 3"):
         lc.select_launch("gemm", "cuda", kind=1, fmt="mxfp4", bf16=True, block_m=16, n=48, k=64, act=3)
+    with pytest.raises(ValueError, match="activation code 1 needs a GEMM launch with an even BLOCK_N"):
+        lc.select_launch("dequant", "cuda", kind=1, fmt="mxfp4", n=48, k=64, act=1)
 
 
 def test_activation_arguments_are_checked():
