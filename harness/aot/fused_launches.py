@@ -15,8 +15,8 @@ masked and unmasked N/K tails, and every epilogue a
 GEMM launch can get (EPILOGUES: none, the router weights of GEMM2, the bias
 of gpt-oss's GEMM1, both; GEMM1's activation, silu or the clamped SwiGLU,
 with and without the bias, writing float32 or, in the bf16 GEMMs, their bf16
-hand-off; the bias stays on the host after a post factor, and so does the
-activation after it).
+hand-off; after a post factor the bias, and so the activation after it, go
+to the split-sum pass).
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ import torch
 from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
 from harness.kernels import fused_act, fused_gemm
-from harness.kernels.launch_config import ACT_CODES, SHORT_K_MAX, act_constexprs, masks_every_block_k, select_launch, word_order
+from harness.kernels.launch_config import (ACT_CODES, ACT_NAMES, SHORT_K_MAX, act_constexprs, masks_every_block_k,
+                                           select_launch, word_order)
 from harness.kernels.pair_layout import BLOCK_MS
 from harness.aot.emulation_launches import ptr
 from harness.aot.registry import Variant, bind, register
@@ -57,7 +58,6 @@ def _gemm_types(x_dt, w_dt, codes: bool = False):
 EPILOGUES = ((False, False, None), (False, True, None), (True, False, None), (True, True, None),
              (False, False, "silu"), (True, False, "silu"), (False, False, "swiglu_clamp"),
              (True, False, "swiglu_clamp"))
-_ACT_NAMES = {code: name for name, code in ACT_CODES.items()}
 
 
 def _act_outs(act: int, bf16: bool) -> tuple:
@@ -67,7 +67,7 @@ def _act_outs(act: int, bf16: bool) -> tuple:
 
 
 def _epilogue_name(bias: bool, rs: bool, act: int, out: str) -> str:
-    return ((".bias" if bias else "") + (".rs" if rs else "") + (f".{_ACT_NAMES[act]}" if act else "")
+    return ((".bias" if bias else "") + (".rs" if rs else "") + (f".{ACT_NAMES[act]}" if act else "")
             + (".bf16out" if out == "*bf16" else ""))
 
 

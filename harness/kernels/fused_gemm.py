@@ -25,8 +25,8 @@ from harness.kernels import fused_act
 from harness.kernels.error_bound import c_prec
 from harness.kernels.fused_weights import FusedWeights
 from harness.kernels.launch import run_kernel, triton_cdiv
-from harness.kernels.launch_config import (ACT_CODES, PREDEQUANT_MIN_ROWS_PER_EXPERT, act_constexprs, resolve_mode,
-                                           select_launch, vendor_of)
+from harness.kernels.launch_config import (ACT_CODES, ACT_NAMES, PREDEQUANT_MIN_ROWS_PER_EXPERT, act_constexprs,
+                                           resolve_mode, select_launch, vendor_of)
 from harness.kernels.loader import kernels
 from harness.kernels.pair_layout import pair_layout
 from harness.kernels.precision import PRECISIONS, RESOLVED_PRECISIONS, resolve_precision
@@ -90,7 +90,7 @@ def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales:
     fw = FusedWeights(kind, data, scales, gscale, fmt or None, E, N, K, word_order)
     fw.plain_scales = plain_scales  # the flag of the FusedWeights moe_gemm took these tensors from
     layout = (rows, block_expert, block_m) if rows is not None else None
-    name = {v: k for k, v in ACT_CODES.items()}.get(act)
+    name = ACT_NAMES.get(act)
     return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode,
                           layout=layout, x_row_div=x_row_div, bias=bias, row_scale=row_scale, x_scaled=x_scaled,
                           act=name, act_dtype=torch.bfloat16 if act_bf16 else torch.float32)

@@ -171,6 +171,7 @@ OVERRIDABLE = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "
 # The activations a GEMM1 launch can apply in its epilogue (the kernel's ACT; fused_gemm_src._act), by the names
 # of harness.moe.activations, and their constexprs
 ACT_CODES = {"silu": 1, "swiglu_clamp": 2}
+ACT_NAMES = {code: name for name, code in ACT_CODES.items()}
 
 
 def act_constexprs(act: int) -> dict:

@@ -268,7 +268,7 @@ def _act_matches_the_one_pass_kernel(scheme, device, precision, mode, config, ca
 @pytest.mark.parametrize("precision", ["ieee", "bf16"])
 @pytest.mark.parametrize("scheme", ["w_mxfp4", "nvfp4"])
 def test_the_activation_is_the_one_pass_kernels_gpu(scheme, precision, mode, gpu_device):
-    """On the device the activation is fused_act's one-pass kernel on the
+    """On the GPU the activation is fused_act's one-pass kernel on the
     GEMM's result (itself the bits of the torch ops, test_moe_gpu), in
     float32 and rounded to bf16: the tables' launch (one split: the
     epilogue) and a forced split of two (the split-sum pass)."""
