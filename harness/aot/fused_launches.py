@@ -25,7 +25,7 @@ import torch
 from harness.formats import FLOAT_DTYPES, FORMAT_NAMES, get_format
 
 from harness.kernels import fused_act, fused_gemm
-from harness.kernels.launch_config import (ACT_CODES, ACT_NAMES, SHORT_K_MAX, act_constexprs, masks_every_block_k,
+from harness.kernels.launch_config import (ACT_CODES, ACT_NAMES, LONG_K_MIN, SHORT_K_MAX, act_constexprs, masks_every_block_k,
                                            select_launch, word_order)
 from harness.kernels.pair_layout import BLOCK_MS
 from harness.aot.emulation_launches import ptr
@@ -117,6 +117,11 @@ def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
             if short.row != fused.row and not order:
                 yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", dict(codes, out_ptr=out),
                                dict(short.meta(), **strides))
+        for epi, long, out in gemms("gemm", k=LONG_K_MIN, **kw):
+            # a long K loop takes a row of its own at BLOCK_M 64 and up (the transposed product, scale order "k")
+            if long.row != fused.row and not order:
+                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.longk{epi}", dict(codes, out_ptr=out),
+                               dict(long.meta(), **strides))
         # a K with a tail of BLOCK_K: masks on the last BLOCK_K only, where the launch takes K_TAIL at all
         if not ov.get("EVEN_NK") and not masks_every_block_k(fused.SWAP_MN, bm):
             for epi, ktail, out in gemms("gemm", k=0, **dict(kw, override=dict(ov, K_TAIL=True))):
@@ -232,6 +237,40 @@ def align_variants(backend=None):
 
 register("_align_kernel", lambda: __import__("harness.kernels.moe_align", fromlist=["_kernel"])._kernel(False),
          align_variants)
+
+
+def _chunk_e_pads():
+    return sorted({moe_align.chunk_meta(e)["E_PAD"] for e in range(1, moe_align.MAX_EXPERTS + 1)})
+
+
+def chunk_count_variants(backend=None):
+    """The chunked layout's count launch, per expert count padded to a power of two."""
+    k = moe_align._chunk_kernels(False)[0]
+    types = dict(ids_ptr="*i64", counts_ptr="*i32", rows_ptr="*i64", block_expert_ptr="*i32", P="i32", NB="i32",
+                 NROWS="i32", FILL_ROWS="i32", FILL_BLOCKS="i32")
+    for e_pad in _chunk_e_pads():
+        yield _variant(k, f"e{e_pad}", types, dict(moe_align.chunk_meta(e_pad), FILL=moe_align.FILL_CHUNK))
+
+
+def chunk_start_variants(backend=None):
+    k = moe_align._chunk_kernels(False)[1]
+    types = dict(counts_ptr="*i32", starts_ptr="*i32", NC="i32", BLOCK_M="i32")
+    for e_pad in _chunk_e_pads():
+        meta = {n: v for n, v in moe_align.chunk_meta(e_pad).items() if n != "CHUNK"}
+        yield _variant(k, f"e{e_pad}", types, dict(meta, CB=moe_align.START_ROWS))
+
+
+def chunk_place_variants(backend=None):
+    k = moe_align._chunk_kernels(False)[2]
+    types = dict(ids_ptr="*i64", starts_ptr="*i32", rows_ptr="*i64", block_expert_ptr="*i32", P="i32", NROWS="i32",
+                 BLOCK_M="i32")
+    for e_pad in _chunk_e_pads():
+        yield _variant(k, f"e{e_pad}", types, moe_align.chunk_meta(e_pad))
+
+
+register("_chunk_count_kernel", lambda: moe_align._chunk_kernels(False)[0], chunk_count_variants)
+register("_chunk_start_kernel", lambda: moe_align._chunk_kernels(False)[1], chunk_start_variants)
+register("_chunk_place_kernel", lambda: moe_align._chunk_kernels(False)[2], chunk_place_variants)
 
 
 def topk_variants(backend=None):

@@ -90,6 +90,12 @@ GPU_CONFIGS = {
     "large": LaunchRow(BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, **_DECODE, BF16_DECODE=True, SWAP_MN=True),
     # "large" for scale bytes in order "n" (gpt-oss-120b's: scale_order): its w13 / w2 0.83x / 0.72x the
     # untransposed row's time, where "large"'s tile transposed took 0.82x / 0.84x
+    # "large" for a long K loop (K >= LONG_K_MIN, a multiple of its BLOCK_K; on "mma" words, scale order "k"):
+    # one 128-deep K step where "large" takes two, 3 stages (120 KiB of shared memory: one CTA an SM). On an H200
+    # (each W4A16 GEMM alone, docs/benchmarks.md) Qwen3's w13 (K 2048) ran 0.94x / 0.95x "large"'s time at
+    # BLOCK_M 128 / 64, Mixtral's w13 (K 4096) 0.80x; Qwen3's w2 (K 768) 1.4x: short K loops keep "large"
+    "large_long_k": LaunchRow(BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True,
+                              SWAP_MN=True),
     "large_n": LaunchRow(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True,
                          SWAP_MN=True),
     # "small" for a short K loop (K <= SHORT_K_MAX: Qwen3's GEMM2, K = 768): BLOCK_K
@@ -135,7 +141,8 @@ ROCM_BF16_FLOAT_CONFIGS = {
 # 1504), so CUDA keeps bf16 multiplies. Not yet timed on an MI300X. No SWAP_MN:
 # ROCm's weights keep the "k" word order (word_order).
 ROCM_BF16_CODE_CONFIGS = {name: replace(row, BF16_DECODE=True, BF16_TRUNC=True, SWAP_MN=None, FOLD_BIAS=None)
-                          for name, row in GPU_CONFIGS.items() if row.BYTE_DECODE and name != "large_n"}
+                          for name, row in GPU_CONFIGS.items()
+                          if row.BYTE_DECODE and name not in ("large_n", "large_long_k")}
 # The Triton interpreter (CPU tensors): one small tile for every launch, the
 # kernel's default flags.
 INTERP_CONFIGS = dict.fromkeys(GPU_CONFIGS, LaunchRow(BLOCK_N=16, BLOCK_K=32))
@@ -163,6 +170,7 @@ VENDORS = tuple(VENDOR_TABLES)
 LAUNCHES = ("gemm", "scratch_gemm", "dequant")
 LARGE_BLOCK_M = 64  # BLOCK_M from which a GEMM takes the "large" rows
 SHORT_K_MAX = 1024
+LONG_K_MIN = 2048  # "large_long_k"'s K loops: the shortest K it was measured faster on (Qwen3's w13)
 MAXNREG_MIN = 24  # the smallest register cap a row may set (LaunchRow.maxnreg)
 DEQUANT_BLOCK_M = 16  # the dequant pass's BLOCK_M constexpr (it has no rows of x)
 # The fields an override may set.
@@ -415,18 +423,22 @@ def operands(kind: int, bf16: bool, w_bytes: int) -> str:
     return "bf16, float weights" if kind == 0 else "bf16"
 
 
-def row_names(launch: str, kind: int, block_m: int, k: int, swap_n: bool = False) -> tuple:
+def row_names(launch: str, kind: int, block_m: int, k: int, swap_n: bool = False, long_k: bool = False) -> tuple:
     """The rows a launch can take, preferred first: "small" below BLOCK_M 64,
     else "large" ("large_float" on predequant's scratch); a code-decoding
     GEMM with a short K loop prefers "small_short_k", and at BLOCK_M 64 and
     up one with `swap_n` (the transposed product on "mma" words acts, scale
-    bytes in order "n") prefers "large_n"; the dequant pass has its own row."""
+    bytes in order "n") prefers "large_n", else one with `long_k` (the
+    transposed product, a long K loop: select_launch) "large_long_k"; the
+    dequant pass has its own row."""
     if launch == "dequant":
         return ("dequant",)
     if block_m >= LARGE_BLOCK_M:
         if launch == "scratch_gemm":
             return ("large_float",)
-        return ("large_n", "large") if launch == "gemm" and kind == 1 and swap_n else ("large",)
+        if launch == "gemm" and kind == 1 and swap_n:
+            return ("large_n", "large")
+        return ("large_long_k", "large") if launch == "gemm" and kind == 1 and long_k else ("large",)
     if launch == "gemm" and kind == 1 and 0 < k <= SHORT_K_MAX:
         return ("small_short_k", "small")
     return ("small",)
@@ -542,7 +554,8 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         fp4_words.check_order(word_order, k, "select_launch")
     mma_order = kind == 1 and hf.get_format(fmt).is_fp4 and word_order == "mma"
     swap_n = bf16 and mma_order and scale_order == "n"  # where "large_n"'s transposed product acts
-    table, name, row = table_row(vendor, operands(kind, bf16, w_bytes), row_names(launch, kind, bm, k, swap_n))
+    long_k = bf16 and mma_order and k >= LONG_K_MIN and k % GPU_CONFIGS["large_long_k"].BLOCK_K == 0
+    table, name, row = table_row(vendor, operands(kind, bf16, w_bytes), row_names(launch, kind, bm, k, swap_n, long_k))
     cfg = asdict(row)
     cfg.update((f, v) for f, v in override.items() if f in cfg)
     if cfg["maxnreg"] is not None and (not isinstance(cfg["maxnreg"], int) or not MAXNREG_MIN <= cfg["maxnreg"] <= 255):

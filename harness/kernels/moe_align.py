@@ -17,6 +17,13 @@ holds them equal on every input it draws):
   + rank; rows = -1, then pair ids at dest;
   block_expert = -1, then each pair's expert at dest // block_m (every used
   block holds a pair).
+
+Past MAX_PAIRS, `align_pairs_chunked` computes the same tensors in three
+launches over chunks of CHUNK pairs (one program each): the chunks' expert
+counts (and the -1 fills), then in one program each chunk's start per
+expert (the expert's start + its pairs in earlier chunks), then each pair at
+its chunk's start + its rank in the chunk (the same comparison). At prefill
+that replaces the torch ops' radix sort and ~17 launches (docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -30,6 +37,8 @@ MAX_PAIRS = 128  # [P, P / 4] int32 comparison in one program: 4K elements
 MAX_EXPERTS = 256  # an expert is a byte of the rank's words
 NUM_WARPS = 4  # 4-16 measured on an H200: 4 is best or within 0.1 us from 8 to 128 pairs (docs/benchmarks.md)
 FILL_CHUNK = 64  # rows / blocks written per loop step
+CHUNK = MAX_PAIRS  # pairs per program of the chunked layout (the one-program rank's size)
+START_ROWS = 64  # chunks per step of the start program (16-128 and 4 or 8 warps measured: docs/benchmarks.md)
 
 
 def _kernel(interpret: bool):
@@ -37,8 +46,18 @@ def _kernel(interpret: bool):
     return kernels(interpret, "moe_align_src")._align_kernel
 
 
+def _chunk_kernels(interpret: bool):
+    """The chunked layout's three kernels (count, start, place)."""
+    src = kernels(interpret, "moe_align_src")
+    return src._chunk_count_kernel, src._chunk_start_kernel, src._chunk_place_kernel
+
+
 def applies(num_pairs: int, num_experts: int) -> bool:
     return 0 < num_pairs <= MAX_PAIRS and num_experts <= MAX_EXPERTS
+
+
+def applies_chunked(num_pairs: int, num_experts: int) -> bool:
+    return num_pairs > 0 and num_experts <= MAX_EXPERTS
 
 
 def meta(num_pairs: int, num_experts: int) -> dict:
@@ -77,3 +96,34 @@ def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
                kw, interpret)
     return rows, block_expert
 
+
+def chunk_meta(num_experts: int) -> dict:
+    return dict(CHUNK=CHUNK, E_PAD=max(16, triton.next_power_of_2(num_experts)), num_warps=NUM_WARPS)
+
+
+def align_pairs_chunked(ids: torch.Tensor, num_experts: int, block_m: int):
+    """ids [P] int64 (any P > 0, E <= MAX_EXPERTS) -> (rows, block_expert),
+    equal to pair_layout.sort_pairs(ids, num_experts, block_m)."""
+    P = ids.shape[0]
+    if not applies_chunked(P, num_experts):
+        raise ValueError(f"align_pairs_chunked: {P} pairs / {num_experts} experts is outside the chunked kernels "
+                         f"(> 0 pairs, <= {MAX_EXPERTS} experts)")
+    nb = num_blocks(P, num_experts, block_m)
+    nc = triton.cdiv(P, CHUNK)
+    dev = ids.device
+    rows = torch.empty(nb * block_m, dtype=torch.int64, device=dev)
+    block_expert = torch.empty(nb, dtype=torch.int32, device=dev)
+    m = chunk_meta(num_experts)
+    counts = torch.empty(nc, m["E_PAD"], dtype=torch.int32, device=dev)
+    starts = torch.empty_like(counts)
+    interpret = dev.type != "cuda"
+    if interpret:
+        m.pop("num_warps")
+    count, start, place = _chunk_kernels(interpret)
+    ids = ids.contiguous()
+    run_kernel(count, (nc,), (ids, counts, rows, block_expert, P, nb, nb * block_m, triton.cdiv(nb * block_m, nc),
+                              triton.cdiv(nb, nc)), dict(m, FILL=FILL_CHUNK), interpret)
+    start_meta = {k: v for k, v in m.items() if k != "CHUNK"}  # the start program reads counts, not pairs
+    run_kernel(start, (1,), (counts, starts, nc, block_m), dict(start_meta, CB=START_ROWS), interpret)
+    run_kernel(place, (nc,), (ids, starts, rows, block_expert, P, nb * block_m, block_m), m, interpret)
+    return rows, block_expert

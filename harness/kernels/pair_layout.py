@@ -52,14 +52,17 @@ def sort_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
 
 def pair_layout(ids: torch.Tensor, num_experts: int, num_rows: Optional[int] = None, block_m: Optional[int] = None):
     """(rows, block_expert, block_m) of the GEMM for pair experts `ids` [P].
-    Both builders give the same tensors bit for bit: up to
-    moe_align.MAX_PAIRS pairs one Triton launch (moe_align.py), else the
-    torch ops of sort_pairs. Compute it once per forward and pass it to both
+    The builders give the same tensors bit for bit: up to
+    moe_align.MAX_PAIRS pairs one Triton launch (moe_align.py), past it
+    three (moe_align.align_pairs_chunked), over more than
+    moe_align.MAX_EXPERTS experts the torch ops of sort_pairs. Compute it once per forward and pass it to both
     GEMMs (`moe_gemm(layout=...)`)."""
     bm = block_m or block_m_for(ids.shape[0] if num_rows is None else num_rows, num_experts)
     ids = ids.to(torch.int64)
     if moe_align.applies(ids.shape[0], num_experts):
         rows, block_expert = moe_align.align_pairs(ids, num_experts, bm)
+    elif moe_align.applies_chunked(ids.shape[0], num_experts):
+        rows, block_expert = moe_align.align_pairs_chunked(ids, num_experts, bm)
     else:
         rows, block_expert = sort_pairs(ids, num_experts, bm)
     return rows, block_expert, bm

@@ -69,6 +69,8 @@ SCALE_ORDERS = ("k", "n")
 # on the device also rows of 16-64 blocks in order "k" (every_code_and_scale's K times 8): rows a multiple of 16
 # bytes, whose scale tiles load as vectors and are pipelined like the words (Mixtral's and Qwen3's layout)
 GPU_SCALE_LAYOUTS = [("k", 1), ("n", 1), ("k", 8)]
+# the GEMM's too: K 2048 for MXFP4 at reps 32, where the table's launch is "large_long_k"
+GPU_GEMM_LAYOUTS = GPU_SCALE_LAYOUTS + [("k", 32)]
 
 
 MX_FORMATS = [f for f in hf.FORMAT_NAMES if hf.FORMATS[f].is_mx]
@@ -349,7 +351,7 @@ def _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch) -> dict:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("order,reps", GPU_SCALE_LAYOUTS)
+@pytest.mark.parametrize("order,reps", GPU_GEMM_LAYOUTS)
 @pytest.mark.parametrize("fmt,plain", FORMATS_PLAIN)
 def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, order, reps, gpu_device, monkeypatch):
     """Precision "bf16" GEMM launch with one-hot rows, tables' BF16_DECODE on
@@ -495,6 +497,30 @@ def test_n_order_scale_bytes_take_their_own_large_row():
     assert "large_n" not in lc.ROCM_BF16_CODE_CONFIGS
     with pytest.raises(ValueError, match="unknown scale order 'N'"):
         lc.select_launch("gemm", "cuda", scale_order="N", **kw)
+
+
+def test_long_k_loops_take_their_own_large_row():
+    """At BLOCK_M 64 and up, the transposed product (bf16, "mma" words) over a
+    K loop of at least LONG_K_MIN, a multiple of its BLOCK_K, in scale order
+    "k", takes "large_long_k"; a shorter or ragged K, order "n" ("large_n"),
+    BLOCK_M below 64, float32 operands, NVFP4's "k" words and ROCm do not, and
+    ROCm's tables hold no such row."""
+    kw = dict(kind=1, fmt="mxfp4", block_m=128, n=1536, bf16=True, word_order="mma")
+    row = lc.GPU_CONFIGS["large_long_k"]
+    for k in (lc.LONG_K_MIN, 2 * lc.LONG_K_MIN, 14336):
+        for bm in (64, 128):
+            c = lc.select_launch("gemm", "cuda", k=k, **dict(kw, block_m=bm))
+            assert (c.row, c.SWAP_MN, c.BLOCK_N, c.BLOCK_K, c.num_warps, c.num_stages) == (
+                "large_long_k", True, row.BLOCK_N, row.BLOCK_K, row.num_warps, row.num_stages), (k, bm, c)
+    assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN - row.BLOCK_K, **kw).row == "large"
+    assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN + 64, **kw).row == "large"  # not a multiple of 128
+    assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, scale_order="n", **kw).row == "large_n"
+    assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, **dict(kw, block_m=32)).row == "small"
+    for c in (lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, **dict(kw, bf16=False)),
+              lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, **dict(kw, fmt="nvfp4", word_order="k", has_post=True)),
+              lc.select_launch("gemm", "rocm", k=lc.LONG_K_MIN, **dict(kw, word_order="k"))):
+        assert c.row == "large", c
+    assert "large_long_k" not in lc.ROCM_BF16_CODE_CONFIGS
 
 
 def test_the_transposed_product_at_large_block_m_masks_every_block_k():

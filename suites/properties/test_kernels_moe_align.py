@@ -1,5 +1,6 @@
-"""The one-launch pair layout (harness/kernels/moe_align.py) is sort_pairs'
-layout bit for bit: rows (pair ids, -1 padding) and block_expert."""
+"""The one-launch and the chunked pair layouts (harness/kernels/moe_align.py)
+are sort_pairs' layout bit for bit: rows (pair ids, -1 padding) and
+block_expert."""
 import pytest
 import torch
 from hypothesis import given, settings
@@ -11,10 +12,10 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipi
     not torch.cuda.is_available(), reason="needs a CUDA device")])]
 
 
-def _check(ids, E, bm, device="cpu"):
+def _check(ids, E, bm, device="cpu", build=moe_align.align_pairs):
     ids = ids.to(device)
     want = pair_layout.sort_pairs(ids, E, bm)
-    got = moe_align.align_pairs(ids, E, bm)
+    got = build(ids, E, bm)
     assert torch.equal(got[0], want[0]), (ids.tolist(), E, bm)
     assert torch.equal(got[1], want[1]), (ids.tolist(), E, bm)
 
@@ -49,13 +50,52 @@ def test_align_experts_that_share_byte_bits(device):
     _check(torch.tensor([131] * 7 + [3] * 9 + [131] * 50), 256, 16, device)
 
 
-def test_pair_layout_takes_the_torch_ops_past_the_kernel_limit():
-    ids = torch.randint(0, 4, (moe_align.MAX_PAIRS + 1,), generator=torch.Generator().manual_seed(1))
-    rows, be, bm = pair_layout.pair_layout(ids, 4)
-    want = pair_layout.sort_pairs(ids, 4, bm)
-    assert torch.equal(rows, want[0]) and torch.equal(be, want[1])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), E=st.integers(1, moe_align.MAX_EXPERTS), bm=st.sampled_from(pair_layout.BLOCK_MS))
+def test_chunked_equals_sort_pairs(data, E, bm):
+    """Any pair count: whole and partial chunks, one expert's run across chunk edges."""
+    P = data.draw(st.integers(1, 5 * moe_align.CHUNK))
+    hot = data.draw(st.integers(1, E))
+    ids = data.draw(st.lists(st.integers(0, hot - 1), min_size=P, max_size=P))
+    perm = torch.randperm(E, generator=torch.Generator().manual_seed(data.draw(st.integers(0, 2**31))))
+    _check(perm[torch.tensor(ids)], E, bm, build=moe_align.align_pairs_chunked)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("P,E,bm", [(1, 1, 16), (128, 128, 16), (129, 4, 16), (256, 256, 128), (1000, 1, 64),
+                                     # more chunks than the start program takes a step (START_ROWS), partial last
+                                     (moe_align.CHUNK * moe_align.START_ROWS + 77, 60, 128),
+                                     (moe_align.CHUNK * 2 * moe_align.START_ROWS, 256, 32)])
+def test_chunked_edges(P, E, bm, device):
+    g = torch.Generator().manual_seed(P * 1000 + E)
+    _check(torch.randint(0, E, (P,), generator=g), E, bm, device, moe_align.align_pairs_chunked)
+    _check(torch.full((P,), E - 1), E, bm, device, moe_align.align_pairs_chunked)  # every pair on the last expert
+    # runs longer than a chunk, experts in decreasing order (each expert's pairs in several chunks)
+    ids = torch.arange(P) * E // P
+    _check(E - 1 - ids, E, bm, device, moe_align.align_pairs_chunked)
+
+
+def test_pair_layout_picks_its_builder_by_size(monkeypatch):
+    """Up to MAX_PAIRS pairs the one program, past it the chunked kernels,
+    past MAX_EXPERTS experts the torch ops; each the same layout."""
+    used = []
+    for name in ("align_pairs", "align_pairs_chunked"):
+        real = getattr(moe_align, name)
+        monkeypatch.setattr(moe_align, name, lambda *a, _r=real, _n=name: used.append(_n) or _r(*a))
+    g = torch.Generator().manual_seed(1)
+    for P, E, want in ((moe_align.MAX_PAIRS, 4, "align_pairs"), (moe_align.MAX_PAIRS + 1, 4, "align_pairs_chunked"),
+                       (moe_align.MAX_PAIRS + 1, moe_align.MAX_EXPERTS + 1, None)):
+        used.clear()
+        ids = torch.randint(0, E, (P,), generator=g)
+        rows, be, bm = pair_layout.pair_layout(ids, E)
+        ref = pair_layout.sort_pairs(ids, E, bm)
+        assert torch.equal(rows, ref[0]) and torch.equal(be, ref[1])
+        assert used == ([want] if want else []), (P, E, used)
+    ids = torch.zeros(moe_align.MAX_PAIRS + 1, dtype=torch.int64)
     with pytest.raises(ValueError, match="outside the one-program kernel"):
-        moe_align.align_pairs(ids, 4, bm)
+        moe_align.align_pairs(ids, 4, 16)
+    with pytest.raises(ValueError, match="outside the chunked kernels"):
+        moe_align.align_pairs_chunked(ids, moe_align.MAX_EXPERTS + 1, 16)
 
 
 def _assert_complete(ids, E, rows, block_expert, bm):

@@ -157,8 +157,9 @@ def test_launch_tables_reach_the_work_list(monkeypatch):
     """The GEMM's tuned table is read when the work list is built, not copied."""
     monkeypatch.setitem(lc.GPU_CONFIGS, "large", dataclasses.replace(lc.GPU_CONFIGS["large"], BLOCK_N=96))
     monkeypatch.setitem(lc.GPU_CONFIGS, "large_n", dataclasses.replace(lc.GPU_CONFIGS["large_n"], BLOCK_N=80))
+    monkeypatch.setitem(lc.GPU_CONFIGS, "large_long_k", dataclasses.replace(lc.GPU_CONFIGS["large_long_k"], BLOCK_N=112))
     got = {i["constexprs"]["BLOCK_N"] for i in targets.work_list(["_moe_gemm_kernel"], ["fused.*.bm128.*"])}
-    assert got == {96, 80}
+    assert got == {96, 80, 112}
 
 
 def test_a_rows_register_cap_reaches_ptxas(monkeypatch):
@@ -299,9 +300,9 @@ def test_launches_with_integer_arguments_compile_in_both_specialisations():
 def test_code_launches_compile_in_both_scale_orders():
     """The scale bytes' two orders (launch_config.scale_order) as Triton's
     launcher binds their unit stride: every launch on element codes has the
-    block stride bound to 1 ("k"), and each but the short-K row's also runs
-    as ".n" with the row stride bound to 1 instead; on both backends, for
-    every weight format. The order also picks the row at BLOCK_M 64 and up
+    block stride bound to 1 ("k"), and each but the short-K and long-K rows'
+    also runs as ".n" with the row stride bound to 1 instead; on both
+    backends, for every weight format. The order also picks the row at BLOCK_M 64 and up
     (launch_config.row_names): CUDA's MXFP4 launches there take the
     transposed product on "large", or on "large_n" in order "n"."""
     from harness.formats import FORMAT_NAMES
@@ -314,20 +315,24 @@ def test_code_launches_compile_in_both_scale_orders():
         assert n_order and all(i["constexprs"].get("stride_mn") == 1 and "stride_mb" not in i["constexprs"]
                                for i in n_order)
         assert all(i["constexprs"].get("stride_mb") == 1 and "stride_mn" not in i["constexprs"] for i in k_order)
-        assert not [i for i in n_order if ".shortk" in i["config"]]
+        assert not [i for i in n_order if ".shortk" in i["config"] or ".longk" in i["config"]]
         for fmt in FORMAT_NAMES:  # the same launches in both orders (".n" after the format and ".plain")
-            ks = {i["config"] for i in k_order if f".{fmt}." in i["config"] and ".shortk" not in i["config"]}
+            ks = {i["config"] for i in k_order
+                  if f".{fmt}." in i["config"] and ".shortk" not in i["config"] and ".longk" not in i["config"]}
             ns = {i["config"].replace(".n.", ".", 1) for i in n_order if f".{fmt}." in i["config"]}
             assert ks and ks == ns, (backend, fmt, sorted(ks ^ ns)[:6])
-        # at BLOCK_M 128 CUDA's bf16 MXFP4 launches are the transposed product, on "large" in order "k" and on
-        # "large_n" in order "n"; no others are, on either backend
+        # at BLOCK_M 128 CUDA's bf16 MXFP4 launches are the transposed product, on "large" (and "large_long_k")
+        # in order "k" and on "large_n" in order "n"; no others are, on either backend
         big = [i for i in code if ".bm128." in i["config"] and i["config"].startswith("fused.")]
         swapped = {i["config"] for i in big if i["constexprs"].get("SWAP_MN")}
         if backend == "cuda":
             mx = [i for i in big if i["config"].startswith("fused.mxfp4.") and ".bf16." in i["config"]]
             assert mx and swapped == {i["config"] for i in mx}, sorted(swapped ^ {i["config"] for i in mx})[:6]
-            tiles = {(".n." in i["config"], i["constexprs"]["BLOCK_N"]) for i in mx}
-            assert tiles == {(False, lc.GPU_CONFIGS["large"].BLOCK_N), (True, lc.GPU_CONFIGS["large_n"].BLOCK_N)}, tiles
+            tiles = {(".n." in i["config"], i["constexprs"]["BLOCK_N"], i["constexprs"]["BLOCK_K"]) for i in mx}
+            rows = lc.GPU_CONFIGS
+            assert tiles == {(False, rows["large"].BLOCK_N, rows["large"].BLOCK_K),
+                             (False, rows["large_long_k"].BLOCK_N, rows["large_long_k"].BLOCK_K),
+                             (True, rows["large_n"].BLOCK_N, rows["large_n"].BLOCK_K)}, tiles
         else:
             assert not swapped, sorted(swapped)[:6]
 
