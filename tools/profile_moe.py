@@ -2,6 +2,9 @@
 
 python tools/profile_moe.py --shapes mixtral,qwen3-30b-a3b --tokens 1,16 --schemes nvfp4,w_mxfp4_a_mxfp4
 prints JSON: per (shape, T, scheme) the kernels sorted by GPU time.
+`--peer DIR` (the folder holding the triton_kernels package) profiles the
+production peer of `bench moe` on the same weights instead (scheme
+"triton_kernels", its W4A16 forward).
 """
 import argparse
 import json
@@ -20,6 +23,7 @@ def main() -> int:
     p.add_argument("--schemes", default="nvfp4,w_mxfp4_a_mxfp4")
     p.add_argument("--mode", default="auto")
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--peer", default=None, help="profile triton_kernels from this folder instead of the harness")
     a = p.parse_args()
     dev = torch.device("cuda")
     out = []
@@ -31,9 +35,13 @@ def main() -> int:
         x0 = torch.randn(256, H, generator=g, device=dev)
         lg0 = torch.randn(256, E, generator=g, device=dev)
         a1, a2 = calibrate_activation_scales(w13, w2, x0, lg0, top_k=k)
-        for scheme in a.schemes.split(","):
-            moe = build_emulated_moe(scheme, w13, w2, top_k=k, a1_gscale=a1, a2_gscale=a2, backend="fused")
-            moe.experts.fused_mode = a.mode
+        for scheme in ["triton_kernels"] if a.peer else a.schemes.split(","):
+            if a.peer:
+                from harness.commands.bench import moe_peer
+                moe = moe_peer.build(moe_peer.resolve(a.peer, dev)[0], w13, w2, k)
+            else:
+                moe = build_emulated_moe(scheme, w13, w2, top_k=k, a1_gscale=a1, a2_gscale=a2, backend="fused")
+                moe.experts.fused_mode = a.mode
             for T in [int(t) for t in a.tokens.split(",")]:
                 x = torch.randn(T, H, generator=g, device=dev).to(torch.bfloat16)
                 lg = torch.randn(T, E, generator=g, device=dev)
