@@ -78,16 +78,23 @@ def num_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
     return m + (num_pairs - m) // block_m
 
 
+def _outputs(builder: str, fits, limits: str, ids: torch.Tensor, num_experts: int, block_m: int) -> tuple:
+    """(nb, rows [nb * block_m] int64, block_expert [nb] int32), uninitialized (the kernels write every
+    element), after `fits(P, E)` is checked: a builder's limits, named in its error."""
+    if not fits(ids.shape[0], num_experts):
+        raise ValueError(f"{builder}: {ids.shape[0]} pairs / {num_experts} experts is outside the {limits}")
+    nb = num_blocks(ids.shape[0], num_experts, block_m)
+    return (nb, torch.empty(nb * block_m, dtype=torch.int64, device=ids.device),
+            torch.empty(nb, dtype=torch.int32, device=ids.device))
+
+
 def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
     """ids [P] int64 (P <= MAX_PAIRS) -> (rows [nb * block_m] int64, block_expert [nb] int32),
     equal to pair_layout.sort_pairs(ids, num_experts, block_m)."""
     P = ids.shape[0]
-    if not applies(P, num_experts):
-        raise ValueError(f"align_pairs: {P} pairs / {num_experts} experts is outside the one-program "
-                         f"kernel (<= {MAX_PAIRS} pairs, <= {MAX_EXPERTS} experts)")
-    nb = num_blocks(P, num_experts, block_m)
-    rows = torch.empty(nb * block_m, dtype=torch.int64, device=ids.device)
-    block_expert = torch.empty(nb, dtype=torch.int32, device=ids.device)
+    nb, rows, block_expert = _outputs("align_pairs", applies,
+                                      f"one-program kernel (<= {MAX_PAIRS} pairs, <= {MAX_EXPERTS} experts)",
+                                      ids, num_experts, block_m)
     interpret = ids.device.type != "cuda"
     kw = meta(P, num_experts)
     if interpret:
@@ -105,14 +112,11 @@ def align_pairs_chunked(ids: torch.Tensor, num_experts: int, block_m: int):
     """ids [P] int64 (any P > 0, E <= MAX_EXPERTS) -> (rows, block_expert),
     equal to pair_layout.sort_pairs(ids, num_experts, block_m)."""
     P = ids.shape[0]
-    if not applies_chunked(P, num_experts):
-        raise ValueError(f"align_pairs_chunked: {P} pairs / {num_experts} experts is outside the chunked kernels "
-                         f"(> 0 pairs, <= {MAX_EXPERTS} experts)")
-    nb = num_blocks(P, num_experts, block_m)
+    nb, rows, block_expert = _outputs("align_pairs_chunked", applies_chunked,
+                                      f"chunked kernels (> 0 pairs, <= {MAX_EXPERTS} experts)", ids, num_experts,
+                                      block_m)
     nc = triton.cdiv(P, CHUNK)
     dev = ids.device
-    rows = torch.empty(nb * block_m, dtype=torch.int64, device=dev)
-    block_expert = torch.empty(nb, dtype=torch.int32, device=dev)
     m = chunk_meta(num_experts)
     counts = torch.empty(nc, m["E_PAD"], dtype=torch.int32, device=dev)
     starts = torch.empty_like(counts)
