@@ -91,9 +91,10 @@ GPU_CONFIGS = {
     # "large" for scale bytes in order "n" (gpt-oss-120b's: scale_order): its w13 / w2 0.83x / 0.72x the
     # untransposed row's time, where "large"'s tile transposed took 0.82x / 0.84x
     # "large" for a long K loop (K >= LONG_K_MIN, a multiple of its BLOCK_K; on "mma" words, scale order "k"):
-    # one 128-deep K step where "large" takes two, 3 stages (120 KiB of shared memory: one CTA an SM). On an H200
-    # (each W4A16 GEMM alone, docs/benchmarks.md) Qwen3's w13 (K 2048) ran 0.94x / 0.95x "large"'s time at
-    # BLOCK_M 128 / 64, Mixtral's w13 (K 4096) 0.80x; Qwen3's w2 (K 768) 1.4x: short K loops keep "large"
+    # one 128-deep K step where "large" takes two, 3 stages (113 KiB of shared memory: one CTA an SM). On an H200
+    # (each W4A16 GEMM alone, `python -m tools.prefill_ab --what long-k`) Qwen3's w13 (K 2048) ran 0.95x "large"'s
+    # time at BLOCK_M 64 and 128, Mixtral's w13 (K 4096) 0.86-0.88x, its w2 (K 14336) 0.97-1.00x; Qwen3's w2
+    # (K 768) 1.4x in a tile sweep: short K loops keep "large" (docs/benchmarks.md)
     "large_long_k": LaunchRow(BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True,
                               SWAP_MN=True),
     "large_n": LaunchRow(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True,
