@@ -38,7 +38,10 @@ def main() -> int:
         for scheme in ["triton_kernels"] if a.peer else a.schemes.split(","):
             if a.peer:
                 from harness.commands.bench import moe_peer
-                moe = moe_peer.build(moe_peer.resolve(a.peer, dev)[0], w13, w2, k)
+                tk, _, why = moe_peer.resolve(a.peer, dev)
+                if tk is None:
+                    raise SystemExit(f"profile_moe: --peer {a.peer}: {why}")
+                moe = moe_peer.build(tk, w13, w2, k)
             else:
                 moe = build_emulated_moe(scheme, w13, w2, top_k=k, a1_gscale=a1, a2_gscale=a2, backend="fused")
                 moe.experts.fused_mode = a.mode

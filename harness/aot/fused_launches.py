@@ -256,8 +256,7 @@ def chunk_start_variants(backend=None):
     k = moe_align._chunk_kernels(False)[1]
     types = dict(counts_ptr="*i32", starts_ptr="*i32", NC="i32", BLOCK_M="i32")
     for e_pad in _chunk_e_pads():
-        meta = {n: v for n, v in moe_align.chunk_meta(e_pad).items() if n != "CHUNK"}
-        yield _variant(k, f"e{e_pad}", types, dict(meta, CB=moe_align.START_ROWS))
+        yield _variant(k, f"e{e_pad}", types, moe_align.start_meta(e_pad))
 
 
 def chunk_place_variants(backend=None):

@@ -105,7 +105,14 @@ def align_pairs(ids: torch.Tensor, num_experts: int, block_m: int):
 
 
 def chunk_meta(num_experts: int) -> dict:
+    """The count and place launches' constexprs and warps."""
     return dict(CHUNK=CHUNK, E_PAD=max(16, triton.next_power_of_2(num_experts)), num_warps=NUM_WARPS)
+
+
+def start_meta(num_experts: int) -> dict:
+    """The start program's: it reads the counts, not the pairs (no CHUNK)."""
+    meta = chunk_meta(num_experts)
+    return dict(E_PAD=meta["E_PAD"], CB=START_ROWS, num_warps=meta["num_warps"])
 
 
 def align_pairs_chunked(ids: torch.Tensor, num_experts: int, block_m: int):
@@ -121,13 +128,14 @@ def align_pairs_chunked(ids: torch.Tensor, num_experts: int, block_m: int):
     counts = torch.empty(nc, m["E_PAD"], dtype=torch.int32, device=dev)
     starts = torch.empty_like(counts)
     interpret = dev.type != "cuda"
+    sm = start_meta(num_experts)
     if interpret:
         m.pop("num_warps")
+        sm.pop("num_warps")
     count, start, place = _chunk_kernels(interpret)
     ids = ids.contiguous()
     run_kernel(count, (nc,), (ids, counts, rows, block_expert, P, nb, nb * block_m, triton.cdiv(nb * block_m, nc),
                               triton.cdiv(nb, nc)), dict(m, FILL=FILL_CHUNK), interpret)
-    start_meta = {k: v for k, v in m.items() if k != "CHUNK"}  # the start program reads counts, not pairs
-    run_kernel(start, (1,), (counts, starts, nc, block_m), dict(start_meta, CB=START_ROWS), interpret)
+    run_kernel(start, (1,), (counts, starts, nc, block_m), sm, interpret)
     run_kernel(place, (nc,), (ids, starts, rows, block_expert, P, nb * block_m, block_m), m, interpret)
     return rows, block_expert
