@@ -1,9 +1,14 @@
-"""Where GEMM1's activation runs: in its launches (`moe_gemm(..., act=)`:
-the epilogue or the split-sum pass, launch_config.act_in_epilogue) against
-the GEMM alone followed by the one-pass kernel (fused_act), A/B in one
-process, median of interleaved rounds, outputs checked bitwise equal.
+"""Where GEMM1's activation runs, A/B of two placements in one process,
+median of interleaved rounds, outputs checked bitwise equal. `--sides A,B`
+(B's time over A's is the ratio) from: "after", the GEMM alone followed by
+the one-pass kernel (fused_act); "selected", the activation in its launches
+as select_launch places it (`moe_gemm(..., act=)`: the epilogue, or the
+split-sum pass where launch_config.act_in_epilogue refuses it); "epilogue",
+the same with act_in_epilogue allowing every launch (the split-sum pass
+only where the K is split or the launch leaves the bias).
 
 python -m tools.act_placement --shapes gpt-oss-120b,qwen3-30b-a3b,mixtral --schemes w_mxfp4,nvfp4 --tokens 16,4096
+python -m tools.act_placement --sides selected,epilogue --what forward --shapes qwen3-30b-a3b --tokens 4096
 
 --what gemm times GEMM1 alone (bf16 weights randn * H^-0.5 quantized by
 quantize_expert_weights, bf16 x, `--bias` adds a float32 bias and
@@ -14,12 +19,13 @@ placement by wrapping moe_gemm to run the one-pass kernel after it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 
 import torch
 
 from harness.commands.bench.moe import SHAPES
-from harness.kernels import fused_act, fused_gemm
+from harness.kernels import fused_act, fused_gemm, launch_config
 from harness.kernels.fused_weights import FusedWeights
 from harness.kernels.pair_layout import pair_layout
 from harness.moe import build_emulated_moe, calibrate_activation_scales, limits, quantize_expert_weights
@@ -27,6 +33,7 @@ from harness.moe.graphs import capture_forward
 from tools.shape_sweep import graph_ms, main
 
 ROUNDS = 3
+SIDES = ("after", "selected", "epilogue")
 
 
 def _after(moe_gemm):
@@ -37,12 +44,32 @@ def _after(moe_gemm):
     return run
 
 
-def _ab(time_a, time_b) -> tuple:
-    ta, tb = [], []
+@contextlib.contextmanager
+def _placed(side: str):
+    """The activation placed as `side` (SIDES) for every moe_gemm call inside, through the module the layer calls."""
+    gemm, rule = fused_gemm.moe_gemm, launch_config.act_in_epilogue
+    if side == "after":
+        fused_gemm.moe_gemm = _after(gemm)
+    elif side == "epilogue":
+        launch_config.act_in_epilogue = lambda swap_mn: True
+    try:
+        yield
+    finally:
+        fused_gemm.moe_gemm, launch_config.act_in_epilogue = gemm, rule
+
+
+def _ab(sides, run) -> tuple:
+    """`run(side)` -> (ms, output) for each of the two sides, ROUNDS interleaved: medians, rounds, bitwise equal."""
+    times, outs = {s: [] for s in sides}, {}
     for _ in range(ROUNDS):
-        ta.append(time_a())
-        tb.append(time_b())
-    return statistics.median(ta), statistics.median(tb), ta, tb
+        for s in sides:
+            with _placed(s):
+                ms, outs[s] = run(s)
+            times[s].append(ms)
+    a, b = sides
+    ma, mb = statistics.median(times[a]), statistics.median(times[b])
+    return dict(sides=list(sides), a_ms=ma, b_ms=mb, ratio=round(mb / ma, 3),
+                equal=torch.equal(outs[a], outs[b]), rounds=[times[a], times[b]])
 
 
 def _gemm_rows(shape, a, dev) -> list:
@@ -62,13 +89,11 @@ def _gemm_rows(shape, a, dev) -> list:
             if fw.two_level:
                 kw["a_gscale"] = torch.tensor(1.0, device=dev)
             for dt in (torch.bfloat16, torch.float32):
-                after = lambda: fused_act.ACTIVATIONS[a.act](fused_gemm.moe_gemm(x, ids, fw, **kw), dt)  # noqa: E731
-                inside = lambda: fused_gemm.moe_gemm(x, ids, fw, act=a.act, act_dtype=dt, **kw)  # noqa: E731
-                equal = torch.equal(after(), inside())
-                m_after, m_in, t_after, t_in = _ab(lambda: graph_ms(after), lambda: graph_ms(inside))
+                def run(side):
+                    fn = lambda: fused_gemm.moe_gemm(x, ids, fw, act=a.act, act_dtype=dt, **kw)  # noqa: E731
+                    return graph_ms(fn), fn()
                 rows.append(dict(shape=shape, what="gemm", scheme=scheme, T=T, block_m=layout[2], act=a.act,
-                                 bias=a.bias, out=str(dt), after_ms=m_after, in_launch_ms=m_in,
-                                 ratio=round(m_in / m_after, 3), equal=equal, rounds=[t_after, t_in]))
+                                 bias=a.bias, out=str(dt), **_ab(a.sides, run)))
                 print(rows[-1], flush=True)
     return rows
 
@@ -83,30 +108,24 @@ def _forward_rows(shape, a, dev) -> list:
                   torch.randn(T, E, generator=g, device=dev)) for T in tokens}
     x0, lg0 = inputs[max(tokens)]
     a1, a2 = calibrate_activation_scales(w13, w2, x0[:256].float(), lg0[:256], top_k=k)
-    inside = fused_gemm.moe_gemm
     rows = []
     for scheme in a.schemes.split(","):
         moe = build_emulated_moe(scheme, w13, w2, top_k=k, a1_gscale=a1, a2_gscale=a2, backend="fused")
         for T, (x, lg) in inputs.items():
-            outs = {}
-
-            def timed(name, gemm):
-                fused_gemm.moe_gemm = gemm  # the layer calls it through the module
-                try:
-                    replay, out = capture_forward(moe, x.clone(), lg.clone())
-                    outs[name] = replay().clone()
-                    return round(limits.median_cuda_ms(replay, 20), 4)
-                finally:
-                    fused_gemm.moe_gemm = inside
-
+            def run(side):
+                replay, _ = capture_forward(moe, x.clone(), lg.clone())  # captured under the side's placement
+                return round(limits.median_cuda_ms(replay, 20), 4), replay().clone()
             with torch.no_grad():
-                m_after, m_in, t_after, t_in = _ab(lambda: timed("after", _after(inside)),
-                                                   lambda: timed("inside", inside))
-            rows.append(dict(shape=shape, what="forward", scheme=scheme, T=T, after_ms=m_after, in_launch_ms=m_in,
-                             ratio=round(m_in / m_after, 3), equal=torch.equal(outs["after"], outs["inside"]),
-                             rounds=[t_after, t_in]))
+                rows.append(dict(shape=shape, what="forward", scheme=scheme, T=T, **_ab(a.sides, run)))
             print(rows[-1], flush=True)
     return rows
+
+
+def _sides(text: str) -> tuple:
+    sides = tuple(text.split(","))
+    if len(sides) != 2 or len(set(sides)) != 2 or not set(sides) <= set(SIDES):
+        raise argparse.ArgumentTypeError(f"--sides takes two different placements A,B from {', '.join(SIDES)}")
+    return sides
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -116,6 +135,7 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--act", choices=tuple(fused_act.ACTIVATIONS), default="silu", help="--what gemm")
     p.add_argument("--bias", action="store_true", help="--what gemm: GEMM1 with a float32 bias")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sides", default="after,selected", type=_sides, help=f"A,B from {', '.join(SIDES)}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Two prefill A/Bs, graph ms (tools.shape_sweep.graph_ms), outputs checked
+"""Three prefill A/Bs, graph ms (tools.shape_sweep.graph_ms), outputs checked
 bitwise equal:
 
 --what layout: the pair layout by the torch ops (pair_layout.sort_pairs)
@@ -7,12 +7,19 @@ start program at each of --start-rows chunks a step;
 --what long-k: each W4A16 GEMM alone (seed-0 bf16 weights randn * K^-0.5
 quantized by quantize_expert_weights, bf16 x, top-k of random logits) as
 the tables launch it against the "large" row (its split-K as the table
-computes it), ROUNDS interleaved timings each, the ratio of their minima.
+computes it), ROUNDS interleaved timings each, the ratio of their minima;
+--what k-pad: the same GEMMs on weights stored past a ragged K
+(launch_config.stored_k, FusedWeights.k_pad) as the tables launch them
+against the same weights with the padding not claimed (k_pad 0: the launch
+of unpadded weights).
 
 python -m tools.prefill_ab --what layout --shapes qwen3-30b-a3b,gpt-oss-120b,mixtral --tokens 64,512,4096,16384
 python -m tools.prefill_ab --what long-k --shapes qwen3-30b-a3b,mixtral --tokens 1024,4096
+python -m tools.prefill_ab --what k-pad --shapes gpt-oss-120b --tokens 1024,4096
 """
 from __future__ import annotations
+
+import copy
 
 import torch
 
@@ -53,7 +60,8 @@ def _layout_rows(shape, a, dev) -> list:
     return rows
 
 
-def _long_k_rows(shape, a, dev) -> list:
+def _gemm_rows(shape, a, dev) -> list:
+    """--what long-k and k-pad: per GEMM and T, the tables' launch (A) against the other side (B)."""
     E, k, H, inter = SHAPES[shape]
     g = torch.Generator(device=dev).manual_seed(0)
     rows = []
@@ -66,31 +74,37 @@ def _long_k_rows(shape, a, dev) -> list:
             x = torch.randn(T * k // x_div, K, generator=g, device=dev).to(torch.bfloat16)
             kw = dict(precision="bf16", mode="fused", layout=pair_layout.pair_layout(ids, E), x_row_div=x_div)
             large = lc.GPU_CONFIGS["large"].settings()
+            unpadded = copy.copy(fw)  # the same tensors and flags, the padding past K not claimed
+            unpadded.k_pad = 0
 
             def table():
                 return fused_gemm.moe_gemm(x, ids, fw, **kw)
 
             def old():
+                if a.what == "k-pad":
+                    return fused_gemm.moe_gemm(x, ids, unpadded, **kw)
                 return fused_gemm.moe_gemm(x, ids, fw, config=large, **kw)
             t_new, t_old = [], []
             for _ in range(ROUNDS):  # interleaved: a drift in clocks reaches both
                 t_new.append(graph_ms(table))
                 t_old.append(graph_ms(old))
             launch = lc.select_launch("gemm", "cuda", kind=1, fmt=fw.fmt, bf16=True, block_m=kw["layout"][2], n=N,
-                                      k=K, word_order=fw.word_order, scale_order=fw.scale_order or "k")
-            rows.append(dict(shape=shape, what="long-k", gemm=gemm, K=K, T=T, block_m=kw["layout"][2],
-                             table_row=launch.row, table_ms=t_new, large_ms=t_old,
+                                      k=K, word_order=fw.word_order, scale_order=fw.scale_order or "k",
+                                      k_stored=fw.k_stored)
+            rows.append(dict(shape=shape, what=a.what, gemm=gemm, K=K, k_stored=fw.k_stored, T=T,
+                             block_m=kw["layout"][2], table_row=launch.row, k_padded=bool(launch.K_PADDED),
+                             table_ms=t_new, **{"unpadded_ms" if a.what == "k-pad" else "large_ms": t_old},
                              ratio=round(min(t_new) / min(t_old), 3), equal=bool(torch.equal(table(), old()))))
             print(rows[-1], flush=True)
     return rows
 
 
 def _sweep(shape, a, dev) -> list:
-    return _layout_rows(shape, a, dev) if a.what == "layout" else _long_k_rows(shape, a, dev)
+    return _layout_rows(shape, a, dev) if a.what == "layout" else _gemm_rows(shape, a, dev)
 
 
 def _arguments(p) -> None:
-    p.add_argument("--what", choices=("layout", "long-k"), default="layout")
+    p.add_argument("--what", choices=("layout", "long-k", "k-pad"), default="layout")
     p.add_argument("--tokens", default="4096")
     p.add_argument("--start-rows", default=str(moe_align.START_ROWS),
                    help="--what layout: chunks a step of the start program, comma-separated")

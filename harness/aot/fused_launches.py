@@ -9,6 +9,7 @@ of the format table (and float weights for the "bf16" baseline), precision
 (with a short K loop where the tables have a row for it, and the BLOCK_K a
 K with a tail steps down to) and both launches
 of mode "predequant", MX weights with and without plain scale bytes
+(and e2m1 words in the "mma" order stored past a ragged long K: K_PADDED)
 (FusedWeights.plain_scales), both scale-byte orders (launch_config.scale_order,
 which also picks the row of the BLOCK_M 64 and up),
 masked and unmasked N/K tails, and every epilogue a
@@ -118,10 +119,16 @@ def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
                 yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", dict(codes, out_ptr=out),
                                dict(short.meta(), **strides))
         for epi, long, out in gemms("gemm", k=LONG_K_MIN, **kw):
-            # a long K loop takes a row of its own at BLOCK_M 64 and up (the transposed product, scale order "k")
-            if long.row != fused.row and not order:
+            # a long K loop takes a row of its own at BLOCK_M 64 and up (the transposed product)
+            if long.row != fused.row:
                 yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.longk{epi}", dict(codes, out_ptr=out),
                                dict(long.meta(), **strides))
+        if fused.MMA_ORDER and not ov.get("EVEN_NK"):
+            # e2m1 words in the "mma" order stored past a ragged long K (stored_k): the row of that K, K_PADDED
+            for epi, padded, out in gemms("gemm", k=LONG_K_MIN + 32, k_stored=2 * LONG_K_MIN,
+                                          **dict(kw, override=dict(ov, K_PADDED=True))):
+                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.kpad{epi}", dict(codes, out_ptr=out),
+                               dict(padded.meta(), **strides))
         # a K with a tail of BLOCK_K: masks on the last BLOCK_K only, where the launch takes K_TAIL at all
         if not ov.get("EVEN_NK") and not masks_every_block_k(fused.SWAP_MN, bm):
             for epi, ktail, out in gemms("gemm", k=0, **dict(kw, override=dict(ov, K_TAIL=True))):

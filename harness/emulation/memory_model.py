@@ -8,7 +8,10 @@ expert weights of a layer, E experts, H hidden, I expert intermediate):
   (shapes.Shape.emulated_layer_bytes: uint8 codes, scale bytes, global
   scales, bf16 attention and router; backend "fused" adds the kernel format's
   packed fp4 codes (it shares the scale bytes and global scales with the
-  config and decodes its multipliers from them); a fused layer built with
+  config and decodes its multipliers from them), with its own copy of the
+  scale bytes it stores in order "n" or past K: MX e2m1 on CUDA is stored
+  to a multiple of 128 past a ragged K of 2048 and more (shapes.Shape.
+  expert_tensors, launch_config.stored_k); a fused layer built with
   keep_codes=False, what the eval builds when no certified oracle is asked
   for (moe_swap.keep_codes_for), holds
   shapes.Shape.released_expert_bytes_per_layer less: no unpacked fp4 codes
@@ -37,7 +40,8 @@ next to the terms above and left out: their share shows in the measured ratio.
 from __future__ import annotations
 
 from harness.models.shapes import Shape
-from harness.kernels.launch_config import PREDEQUANT_MIN_ROWS_PER_EXPERT
+from harness.kernels import fp4_words
+from harness.kernels.launch_config import PREDEQUANT_MIN_ROWS_PER_EXPERT, vendor_of, word_order
 from harness.kernels.precision import resolve_precision
 from harness.schemes import get_scheme
 
@@ -97,8 +101,10 @@ def per_device(shape: Shape, scheme: str, device_map: dict, batch: int, seq: int
         raise ValueError(f"{scheme}: the memory model covers quantized experts only")
     spec = s.weight_spec
     precision = resolve_precision("auto", s, device_type)
+    # e2m1 words in the "mma" order (MX on CUDA) are stored past a ragged long K (launch_config.stored_k)
+    mma = word_order(vendor_of(device_type), spec.name, fp4_words.GROUP) == "mma"
     layer_bytes = shape.emulated_layer_bytes(spec.block_size, fused=backend == "fused", fp4=spec.is_fp4,
-                                             keep_codes=keep_codes)
+                                             keep_codes=keep_codes, mma=mma)
     layer_dev = [_canonical(d) for d in _layer_devices(device_map, shape.layers)]
     # the first shape.dense_layers layers have a dense bf16 MLP (DeepSeek's first_k_dense_replace), the rest MoE
     dense_dev, moe_dev = layer_dev[:shape.dense_layers], layer_dev[shape.dense_layers:]

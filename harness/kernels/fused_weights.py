@@ -9,7 +9,7 @@ import torch
 
 import harness.formats as hf
 from harness.kernels import fp4_words
-from harness.kernels.launch_config import SCALE_ORDERS, scale_order as preferred_scale_order, vendor_of, \
+from harness.kernels.launch_config import SCALE_ORDERS, scale_order as preferred_scale_order, stored_k, vendor_of, \
     word_order as preferred_word_order
 
 # codes a device receives at once when a layer's kernel weights are built from
@@ -48,6 +48,10 @@ class FusedWeights:
     # E8M0 multiplier as the float whose exponent field is the byte (launch_config: PLAIN_SCALES, FOLD_BIAS). A
     # FusedWeights built by hand, or whose tensors were written after conversion, keeps False: the full decode.
     plain_scales: bool = field(default=False, init=False)
+    # Derived at conversion too: the zero codes (and zero scale bytes) each row's storage holds past K, beyond the
+    # views `data` and `scales` (launch_config.stored_k), so a GEMM can read whole BLOCK_Ks there (K_PADDED)
+    # instead of masking them. 0 for a FusedWeights built by hand, or copied (dataclasses.replace, .to)
+    k_pad: int = field(default=0, init=False)
 
     def __post_init__(self):
         """The layout the kernel reads, checked (FusedWeights can be built by
@@ -140,10 +144,19 @@ class FusedWeights:
         order = "k"
         if spec.is_fp4:
             order = word_order or preferred_word_order(vendor_of(codes.device), spec.name, K)
-        data = fp4_words.pack(codes, order).view(torch.uint8) if spec.is_fp4 else codes.contiguous()
-        scales_k = in_scale_order(scales, scale_order or preferred_scale_order(N, K, spec.block_size))
-        fw = cls(1, data.contiguous(), scales_k, gs, spec.name, E, N, K, order)
+        pad = stored_k(order, K) - K if spec.is_fp4 else 0
+        if pad:  # zero codes and zero scale bytes past K, outside the views (k_pad)
+            padded = torch.nn.functional.pad(codes, (0, pad))
+            data = fp4_words.pack(padded, order).view(torch.uint8)[..., :K // 2]
+            del padded
+            scales_p = torch.nn.functional.pad(scales, (0, pad // spec.block_size))
+        else:
+            data = fp4_words.pack(codes, order).view(torch.uint8) if spec.is_fp4 else codes.contiguous()
+            scales_p = scales
+        scales_k = in_scale_order(scales_p, scale_order or preferred_scale_order(N, K, spec.block_size))
+        fw = cls(1, data, scales_k[..., :K // spec.block_size] if pad else scales_k, gs, spec.name, E, N, K, order)
         fw.plain_scales = plain_scale_bytes(codes, scales, spec)
+        fw.k_pad = pad
         return fw
 
     @classmethod
@@ -175,18 +188,22 @@ class FusedWeights:
                 hf.QuantizedTensor(q.codes[e0:e1].to(device), q.scales[e0:e1].to(device), gs, q.fmt, q.scale_mode,
                                    q.rounding, q.dtype), g, word_order)
             if full is None:
-                def alloc(t, order="k"):  # scale bytes in the part's order
+                def alloc(part, name, order="k"):  # the part's tensor with its padding past K, scale bytes in its order
+                    t = part.stored(name)
                     if t is None:
                         return None
                     if order == "n":
-                        return t.new_empty((E, t.shape[2], t.shape[1])).transpose(1, 2)
-                    return t.new_empty((E,) + tuple(t.shape[1:]))
-                full = cls(part.kind, alloc(part.data), alloc(part.scales, part.scale_order), alloc(part.gscale),
+                        t = t.new_empty((E, t.shape[2], t.shape[1])).transpose(1, 2)
+                    else:
+                        t = t.new_empty((E,) + tuple(t.shape[1:]))
+                    return t if name == "gscale" else t[..., :getattr(part, name).shape[-1]]
+                full = cls(part.kind, alloc(part, "data"), alloc(part, "scales", part.scale_order), alloc(part, "gscale"),
                            part.fmt, E, N, K, part.word_order)
+                full.k_pad = part.k_pad
             for name in cls.TENSORS:
-                src = getattr(part, name)
+                src = part.stored(name)
                 if src is not None:
-                    getattr(full, name)[e0:e1].copy_(src)
+                    full.stored(name)[e0:e1].copy_(src)
             plain = plain and part.plain_scales
             del part
         full.plain_scales = plain  # every chunk's scale bytes checked
@@ -214,9 +231,24 @@ class FusedWeights:
     def two_level(self) -> bool:
         return self.gscale is not None
 
+    @property
+    def k_stored(self) -> int:
+        """The K each row's storage holds (launch_config.select_launch's k_stored)."""
+        return self.K + self.k_pad
+
+    def stored(self, name: str) -> Optional[torch.Tensor]:
+        """Tensor field `name` (TENSORS) with what its storage holds past K
+        (k_pad): the view over the same memory, [E, N, k_stored / elements
+        per byte] for the data, [E, N, k_stored / block] for the scales."""
+        t = getattr(self, name)
+        if t is None or not self.k_pad or name == "gscale":
+            return t
+        per = 2 if name == "data" else hf.get_format(self.fmt).block_size
+        return t.as_strided(tuple(t.shape[:2]) + (self.k_stored // per,), t.stride(), t.storage_offset())
+
     def nbytes(self) -> int:
-        """Bytes the kernel format holds (codes, scale bytes, global scales)."""
-        held = (getattr(self, name) for name in self.TENSORS)
+        """Bytes the kernel format holds (codes, scale bytes, global scales, with the padding past K)."""
+        held = (self.stored(name) for name in self.TENSORS)
         return sum(t.numel() * t.element_size() for t in held if t is not None)
 
 

@@ -175,7 +175,7 @@ LONG_K_MIN = 2048  # "large_long_k"'s K loops: the shortest K it was measured fa
 MAXNREG_MIN = 24  # the smallest register cap a row may set (LaunchRow.maxnreg)
 DEQUANT_BLOCK_M = 16  # the dequant pass's BLOCK_M constexpr (it has no rows of x)
 # The fields an override may set.
-OVERRIDABLE = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "SPLIT_K")
+OVERRIDABLE = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "K_PADDED", "SPLIT_K")
 
 # The activations a GEMM1 launch can apply in its epilogue (the kernel's ACT; fused_gemm_src._act), by the names
 # of harness.moe.activations, and their constexprs
@@ -207,7 +207,7 @@ PREDEQUANT_MIN_ROWS_PER_EXPERT = 512
 _NO_ELEMENT = element_constants(hf.E4M3)
 _ELEMENT_KEYS = ("MBITS", "WIDTH", "BIAS", "SIGN_BIT", "SPECIALS", "NAN_CODE", "INF_CODE", "MIN_NORMAL")
 # LaunchConfig fields that are kernel constexprs or compile options, in launch order.
-_LAUNCH_KEYS = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "PLAIN_SCALES")
+_LAUNCH_KEYS = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "K_PADDED", "PLAIN_SCALES")
 
 
 @dataclass(frozen=True)
@@ -247,6 +247,9 @@ class LaunchConfig:
     MMA_ORDER: bool  # e2m1 words in fp4_words' "mma" order (the weights' word_order)
     EVEN_NK: bool
     K_TAIL: bool  # N without a tail, K with one: masks on the last BLOCK_K only (else all masked, or EVEN_NK none)
+    # N without a tail, K with one, the weights stored to a multiple of BLOCK_K (k_stored): x's loads masked on K
+    # only; None: not passed
+    K_PADDED: Optional[bool]
     # E8M0 multipliers without the cases of bytes 0 and 255 (FusedWeights.plain_scales); None: not passed
     PLAIN_SCALES: Optional[bool]
     # the folded NVFP4 multipliers from the hardware's E4M3 conversion (e4m3_convert); only with S_FOLD_EXP
@@ -428,18 +431,18 @@ def row_names(launch: str, kind: int, block_m: int, k: int, swap_n: bool = False
     """The rows a launch can take, preferred first: "small" below BLOCK_M 64,
     else "large" ("large_float" on predequant's scratch); a code-decoding
     GEMM with a short K loop prefers "small_short_k", and at BLOCK_M 64 and
-    up one with `swap_n` (the transposed product on "mma" words acts, scale
-    bytes in order "n") prefers "large_n", else one with `long_k` (the
-    transposed product, a long K loop: select_launch) "large_long_k"; the
+    up one with `long_k` (the transposed product, a long K loop:
+    select_launch) "large_long_k", else one with `swap_n` (the transposed
+    product on "mma" words acts, scale bytes in order "n") "large_n"; the
     dequant pass has its own row."""
     if launch == "dequant":
         return ("dequant",)
     if block_m >= LARGE_BLOCK_M:
         if launch == "scratch_gemm":
             return ("large_float",)
-        if launch == "gemm" and kind == 1 and swap_n:
-            return ("large_n", "large")
-        return ("large_long_k", "large") if launch == "gemm" and kind == 1 and long_k else ("large",)
+        if launch == "gemm" and kind == 1 and long_k:
+            return ("large_long_k", "large")
+        return ("large_n", "large") if launch == "gemm" and kind == 1 and swap_n else ("large",)
     if launch == "gemm" and kind == 1 and 0 < k <= SHORT_K_MAX:
         return ("small_short_k", "small")
     return ("small",)
@@ -453,6 +456,20 @@ def table_row(vendor: str, ops: str, names: tuple) -> tuple:
             if name in TABLES[table]:
                 return table, name, TABLES[table][name]
     raise ValueError(f"no launch table of {vendor} ({ops} operands) has a row {' or '.join(names)}")
+
+
+def stored_k(word_order: str, k: int) -> int:
+    """The K of a weight tensor's kernel format (FusedWeights.k_pad): e2m1
+    words in the "mma" order (MX on CUDA, word_order) with a long K loop (K
+    >= LONG_K_MIN) that is not a multiple of "large_long_k"'s BLOCK_K are
+    stored with zero codes up to the next multiple, so that row takes them
+    (K_PADDED, where the transposed product masks every BLOCK_K of a K with
+    a tail: masks_every_block_k); else K. gpt-oss-120b's K of 2880 is stored
+    as 2944 (2.2% more bytes)."""
+    step = GPU_CONFIGS["large_long_k"].BLOCK_K
+    if word_order == "mma" and k >= LONG_K_MIN and k % step:
+        return triton_cdiv(k, step) * step
+    return k
 
 
 def masks_every_block_k(swap_mn, block_m: int) -> bool:
@@ -506,7 +523,8 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                   pairs: int = 0, experts: int = 0, sm_count: Optional[int] = None,
                   bias: bool = False, row_scale: bool = False, override: Optional[Mapping] = None,
                   word_order: str = "k", plain_scales: bool = False,
-                  cuda_cc: Optional[tuple] = None, scale_order: str = "k", act: int = 0) -> LaunchConfig:
+                  cuda_cc: Optional[tuple] = None, scale_order: str = "k", act: int = 0,
+                  k_stored: Optional[int] = None) -> LaunchConfig:
     """The launch configuration of one launch (LAUNCHES) on `vendor` (VENDORS).
 
     kind: the weights it reads (0 float, 1 element codes of `fmt`); bf16: tl.dot
@@ -533,7 +551,10 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     the caller wants applied after the bias and row scale, on weights of 2N
     rows, gate then up (n: those 2N); the epilogue applies it (ACT) where it
     holds all the operations before it and act_in_epilogue allows, else the
-    split-sum pass after the GEMM does."""
+    split-sum pass after the GEMM does. k_stored: the K the weights are
+    stored to (FusedWeights.k_stored; None: k), past k zero codes: a
+    multiple of the row's BLOCK_K lets a GEMM launch take K_PADDED, and of
+    "large_long_k"'s lets a long K loop take that row."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
     if vendor not in VENDORS:
@@ -555,7 +576,10 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         fp4_words.check_order(word_order, k, "select_launch")
     mma_order = kind == 1 and hf.get_format(fmt).is_fp4 and word_order == "mma"
     swap_n = bf16 and mma_order and scale_order == "n"  # where "large_n"'s transposed product acts
-    long_k = bf16 and mma_order and k >= LONG_K_MIN and k % GPU_CONFIGS["large_long_k"].BLOCK_K == 0
+    k_stored = k if k_stored is None else k_stored
+    if not isinstance(k_stored, int) or k_stored < k:
+        raise ValueError(f"select_launch: weights stored to K {k_stored!r}, fewer than the GEMM's K {k}")
+    long_k = bf16 and mma_order and k >= LONG_K_MIN and k_stored % GPU_CONFIGS["large_long_k"].BLOCK_K == 0
     table, name, row = table_row(vendor, operands(kind, bf16, w_bytes), row_names(launch, kind, bm, k, swap_n, long_k))
     cfg = asdict(row)
     cfg.update((f, v) for f, v in override.items() if f in cfg)
@@ -599,8 +623,16 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     if tail and swapped_large:
         raise ValueError(f"launch config K_TAIL with SWAP_MN at BLOCK_M {bm} (>= {LARGE_BLOCK_M}): the transposed "
                          f"product there masks every BLOCK_K")
+    padded = override.get("K_PADDED")
+    if padded is None:  # the weights' zero codes past K cover its last BLOCK_K: one loop, x's loads masked
+        padded = ("EVEN_NK" not in override and "K_TAIL" not in override and not dequant and not even_nk
+                  and n % cfg["BLOCK_N"] == 0 and k_stored > k and k_stored % cfg["BLOCK_K"] == 0)
+    elif padded and (dequant or even_nk or tail or k_stored % cfg["BLOCK_K"]):
+        raise ValueError(f"launch config K_PADDED needs a GEMM launch with a K tail (not EVEN_NK or K_TAIL) on "
+                         f"weights stored to a multiple of BLOCK_K {cfg['BLOCK_K']}; got {launch}, K {k} stored to "
+                         f"{k_stored}")
     if tail is None:  # an override's EVEN_NK=False asks for masks on every BLOCK_K
-        tail = ("EVEN_NK" not in override and not dequant and not swapped_large
+        tail = ("EVEN_NK" not in override and not dequant and not swapped_large and not padded
                 and k_tail(n, k, cfg["BLOCK_N"], cfg["BLOCK_K"]))
     if tail and even_nk:
         raise ValueError("launch config K_TAIL and EVEN_NK exclude each other")
@@ -633,7 +665,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                                     and act_in_epilogue(cfg["SWAP_MN"])) else 0,
                         RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
                         DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, MMA_ORDER=mma_order, EVEN_NK=even_nk,
-                        K_TAIL=bool(tail),
+                        K_TAIL=bool(tail), K_PADDED=True if padded else None,
                         PLAIN_SCALES=True if plain else None, S_CVT=s_cvt, SPLIT_K=splits,
                         SPLIT_BLOCKS=split_blocks)
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.kernels.launch_config import scale_order
+from harness.kernels import fp4_words
+from harness.kernels.launch_config import scale_order, stored_k
 
 GiB = 1 << 30
 
@@ -106,30 +107,45 @@ class Shape:
         n = self.expert_params_per_layer
         return n + n // block + (2 * 4 * self.experts if block == 16 else 0)
 
-    def reordered_scale_bytes_per_layer(self, block: int) -> int:
-        """The block scale bytes of one MoE layer that the fused kernel format
-        stores in its own order (launch_config.scale_order "n": long K loops
-        whose rows of K / block bytes are not a multiple of 16), a copy beside
-        the quant config's: w13 [2I, H] and w2 [H, I] of the routed experts and the
-        shared expert, counted where their (N, K) take "n"."""
-        total = 0
+    def expert_tensors(self, fp4: bool = True, mma: bool = False) -> list:
+        """(count, N, K, stored K) of each weight tensor of one MoE layer: w13
+        [2I, H] and w2 [H, I] of the routed experts and of the shared expert;
+        the stored K as the kernel format holds it (launch_config.stored_k)
+        for e2m1 words in the "mma" order where `mma` (MX on CUDA:
+        launch_config.word_order) and K allows it."""
+        out = []
         for count, inter in ((self.experts, self.moe_intermediate), (1, self.shared_intermediate)):
             for n, k in ((2 * inter, self.hidden), (self.hidden, inter)):
-                if count and inter and scale_order(n, k, block) == "n":
-                    total += count * n * k // block
+                if count and inter:
+                    order = "mma" if fp4 and mma and k % fp4_words.GROUP == 0 else "k"
+                    out.append((count, n, k, stored_k(order, k)))
+        return out
+
+    def reordered_scale_bytes_per_layer(self, block: int, *, fp4: bool = True, mma: bool = False,
+                                        stored: bool = False) -> int:
+        """The block scale bytes of one MoE layer of which the fused kernel
+        format holds its own copy beside the quant config's: where it stores
+        them in its own order (launch_config.scale_order "n": long K loops
+        whose rows of K / block bytes are not a multiple of 16) or past K
+        (expert_tensors' stored K). `stored`: the copy's bytes (to the stored
+        K), else the config's it stands for."""
+        total = 0
+        for count, n, k, kp in self.expert_tensors(fp4, mma):
+            if scale_order(n, k, block) == "n" or kp != k:
+                total += count * n * (kp if stored else k) // block
         return total
 
-    def kernel_expert_bytes_per_layer(self, block: int, *, fp4: bool = True) -> int:
+    def kernel_expert_bytes_per_layer(self, block: int, *, fp4: bool = True, mma: bool = False) -> int:
         """What the fused backend holds per layer on top of the quant config's
         tensors (kernels/fused_weights.FusedWeights): fp4 codes eight to a
-        32-bit word, half a byte each, and the scale bytes it stores in its own
-        order (reordered_scale_bytes_per_layer). The kernel format shares the
-        rest with the config: the code tensor of wider formats, the other block
-        scale bytes and the global scales."""
-        n = self.expert_params_per_layer
-        return (n // 2 if fp4 else 0) + self.reordered_scale_bytes_per_layer(block)
+        32-bit word, half a byte each, to the stored K (expert_tensors), and
+        its own copy of scale bytes (reordered_scale_bytes_per_layer). The
+        kernel format shares the rest with the config: the code tensor of
+        wider formats, the other block scale bytes and the global scales."""
+        codes = sum(count * n * kp // 2 for count, n, _, kp in self.expert_tensors(fp4, mma)) if fp4 else 0
+        return codes + self.reordered_scale_bytes_per_layer(block, fp4=fp4, mma=mma, stored=True)
 
-    def released_expert_bytes_per_layer(self, block: int, *, fp4: bool = True) -> int:
+    def released_expert_bytes_per_layer(self, block: int, *, fp4: bool = True, mma: bool = False) -> int:
         """What a fused layer built with keep_codes=False no longer holds per
         layer (harness.moe.experts): the unpacked codes (1 B/element) when they
         are fp4 (the kernel format packs its own copy; other widths' kernel
@@ -137,27 +153,29 @@ class Shape:
         where the kernel holds them in its own order. The other scale bytes and
         the global scales stay: the kernel decodes its multipliers from them."""
         n = self.expert_params_per_layer
-        return (n if fp4 else 0) + self.reordered_scale_bytes_per_layer(block)
+        return (n if fp4 else 0) + self.reordered_scale_bytes_per_layer(block, fp4=fp4, mma=mma)
 
     def expert_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True,
-                           keep_codes: bool = True) -> int:
+                           keep_codes: bool = True, mma: bool = False) -> int:
         """The experts of one layer as the emulation holds them: the quant
-        config's tensors, plus the kernel format when fused, less the released
-        codes when keep_codes=False (fused only, as the layer refuses it unfused)."""
+        config's tensors, plus the kernel format when fused (`mma`: e2m1
+        words in the "mma" order, expert_tensors), less the released codes
+        when keep_codes=False (fused only, as the layer refuses it unfused)."""
         if not keep_codes and not fused:
             raise ValueError("keep_codes=False needs the fused backend (the unfused backend reads the codes)")
-        kernel = self.kernel_expert_bytes_per_layer(block, fp4=fp4) if fused else 0
-        released = 0 if keep_codes else self.released_expert_bytes_per_layer(block, fp4=fp4)
+        kernel = self.kernel_expert_bytes_per_layer(block, fp4=fp4, mma=mma) if fused else 0
+        released = 0 if keep_codes else self.released_expert_bytes_per_layer(block, fp4=fp4, mma=mma)
         return self.emulated_expert_bytes_per_layer(block) + kernel - released
 
     def emulated_layer_bytes(self, block: int, *, fused: bool = False, fp4: bool = True,
-                             keep_codes: bool = True) -> int:
-        return (self.expert_layer_bytes(block, fused=fused, fp4=fp4, keep_codes=keep_codes)
+                             keep_codes: bool = True, mma: bool = False) -> int:
+        return (self.expert_layer_bytes(block, fused=fused, fp4=fp4, keep_codes=keep_codes, mma=mma)
                 + 2 * (self.attention_params_per_layer + self.router_params_per_layer))
 
     def emulated_bytes(self, block: int, *, fused: bool = False, fp4: bool = True,
-                       keep_codes: bool = True) -> int:
-        return (self.moe_layers * self.emulated_layer_bytes(block, fused=fused, fp4=fp4, keep_codes=keep_codes)
+                       keep_codes: bool = True, mma: bool = False) -> int:
+        return (self.moe_layers * self.emulated_layer_bytes(block, fused=fused, fp4=fp4, keep_codes=keep_codes,
+                                                            mma=mma)
                 + 2 * (self.outer_params + self.dense_layers * self.dense_layer_params))
 
     def disk_bytes(self, block: int) -> int:

@@ -85,3 +85,40 @@ def test_released_term_on_paper():
     assert keep - lean == s.layers * n
     with pytest.raises(ValueError, match="keep_codes=False needs the fused backend"):
         memory_model.per_device(s, "nvfp4", dm, 1, 16, backend="unfused", keep_codes=False)
+
+
+def test_padded_kernel_format_on_paper():
+    """The model's kernel-format term with e2m1 words in the "mma" order
+    (MX on CUDA, mma=True): a hidden size of 2080 (K >= LONG_K_MIN, not a
+    multiple of 128) is stored as 2176 for w13, with its own scale bytes; the
+    FusedWeights built so (on the CPU, word order "mma") hold exactly the
+    term plus the scale bytes they share with the config. gpt-oss-120b's
+    kernel format on CUDA is 2944 / 2880 of the unpadded one, and the model
+    on a CUDA device counts it (memory_model.per_device)."""
+    from harness.kernels.fused_weights import FusedWeights
+    from harness.moe import quantize_expert_weights
+
+    s = dataclasses.replace(TINY, hidden=2080)
+    tensors = s.expert_tensors(mma=True)
+    assert [(n, k, kp) for _, n, k, kp in tensors] == [(2 * s.moe_intermediate, 2080, 2176),
+                                                      (2080, s.moe_intermediate, s.moe_intermediate)]
+    g = torch.Generator().manual_seed(0)
+    held = shared = 0
+    for count, n, k, kp in tensors:
+        q, _ = quantize_expert_weights(torch.randn(count, n, k, generator=g), "w_mxfp4")
+        fw = FusedWeights.from_quantized(q, None, word_order="mma")
+        assert fw.k_stored == kp
+        held += fw.nbytes()
+        if fw.scales.data_ptr() == q.scales.data_ptr():
+            shared += q.scales.numel()
+    assert held == s.kernel_expert_bytes_per_layer(32, mma=True) + shared
+    assert s.kernel_expert_bytes_per_layer(32, mma=True) > s.kernel_expert_bytes_per_layer(32)
+    # w13's scale rows (65 bytes) are stored in order "n" either way: the config's copy is released either way
+    assert s.released_expert_bytes_per_layer(32, mma=True) == s.released_expert_bytes_per_layer(32)
+    oss = SHAPES["gpt-oss-120b"]
+    n = oss.expert_params_per_layer
+    assert oss.kernel_expert_bytes_per_layer(32, mma=True) - oss.kernel_expert_bytes_per_layer(32) == (
+        n // 2 + n // 32) * 64 // 2880
+    dm = synthetic_loader.device_map_for(oss.hf_config(), ["cuda:0"])
+    cuda = memory_model.per_device(oss, "w_mxfp4", dm, 1, 16, backend="fused")["cuda:0"]["weights"]
+    assert cuda == oss.emulated_bytes(32, fused=True, mma=memory_model.vendor_of("cuda") == "cuda")

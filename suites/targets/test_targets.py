@@ -300,11 +300,12 @@ def test_launches_with_integer_arguments_compile_in_both_specialisations():
 def test_code_launches_compile_in_both_scale_orders():
     """The scale bytes' two orders (launch_config.scale_order) as Triton's
     launcher binds their unit stride: every launch on element codes has the
-    block stride bound to 1 ("k"), and each but the short-K and long-K rows'
-    also runs as ".n" with the row stride bound to 1 instead; on both
-    backends, for every weight format. The order also picks the row at BLOCK_M 64 and up
+    block stride bound to 1 ("k"), and each but the short-K row's also runs
+    as ".n" with the row stride bound to 1 instead; on both backends, for
+    every weight format. The order also picks the row at BLOCK_M 64 and up
     (launch_config.row_names): CUDA's MXFP4 launches there take the
-    transposed product on "large", or on "large_n" in order "n"."""
+    transposed product on "large", or on "large_n" in order "n", and on
+    "large_long_k" over a long K in either order."""
     from harness.formats import FORMAT_NAMES
 
     for backend in ("cuda", "hip"):
@@ -315,14 +316,13 @@ def test_code_launches_compile_in_both_scale_orders():
         assert n_order and all(i["constexprs"].get("stride_mn") == 1 and "stride_mb" not in i["constexprs"]
                                for i in n_order)
         assert all(i["constexprs"].get("stride_mb") == 1 and "stride_mn" not in i["constexprs"] for i in k_order)
-        assert not [i for i in n_order if ".shortk" in i["config"] or ".longk" in i["config"]]
+        assert not [i for i in n_order if ".shortk" in i["config"]]
         for fmt in FORMAT_NAMES:  # the same launches in both orders (".n" after the format and ".plain")
-            ks = {i["config"] for i in k_order
-                  if f".{fmt}." in i["config"] and ".shortk" not in i["config"] and ".longk" not in i["config"]}
+            ks = {i["config"] for i in k_order if f".{fmt}." in i["config"] and ".shortk" not in i["config"]}
             ns = {i["config"].replace(".n.", ".", 1) for i in n_order if f".{fmt}." in i["config"]}
             assert ks and ks == ns, (backend, fmt, sorted(ks ^ ns)[:6])
-        # at BLOCK_M 128 CUDA's bf16 MXFP4 launches are the transposed product, on "large" (and "large_long_k")
-        # in order "k" and on "large_n" in order "n"; no others are, on either backend
+        # at BLOCK_M 128 CUDA's bf16 MXFP4 launches are the transposed product, on "large" in order "k" and on
+        # "large_n" in order "n", on "large_long_k" in both; no others are, on either backend
         big = [i for i in code if ".bm128." in i["config"] and i["config"].startswith("fused.")]
         swapped = {i["config"] for i in big if i["constexprs"].get("SWAP_MN")}
         if backend == "cuda":
@@ -332,9 +332,36 @@ def test_code_launches_compile_in_both_scale_orders():
             rows = lc.GPU_CONFIGS
             assert tiles == {(False, rows["large"].BLOCK_N, rows["large"].BLOCK_K),
                              (False, rows["large_long_k"].BLOCK_N, rows["large_long_k"].BLOCK_K),
+                             (True, rows["large_long_k"].BLOCK_N, rows["large_long_k"].BLOCK_K),
                              (True, rows["large_n"].BLOCK_N, rows["large_n"].BLOCK_K)}, tiles
         else:
             assert not swapped, sorted(swapped)[:6]
+
+
+def test_padded_weights_launches_are_registered():
+    """The launches on e2m1 words stored past a ragged long K
+    (launch_config.stored_k: "mma" words, so CUDA's MX launches only) are in
+    the work list as ".kpad": K_PADDED, neither EVEN_NK nor K_TAIL, in both
+    scale orders, both precisions and every BLOCK_M class, each the
+    selector's launch for such weights; ROCm stores no padding and has none."""
+    from harness.kernels.pair_layout import BLOCK_MS
+
+    items = targets.work_list(["_moe_gemm_kernel"], ["fused.*"], "cuda")
+    kpad = [i for i in items if ".kpad" in i["config"]]
+    assert kpad and all(i["constexprs"].get("K_PADDED") is True and not i["constexprs"]["EVEN_NK"]
+                        and not i["constexprs"]["K_TAIL"] for i in kpad)
+    assert {i["config"].split(".")[1] for i in kpad} == {"mxfp4"}
+    names = {i["config"] for i in kpad}
+    for prec in ("ieee", "bf16"):
+        for bm in BLOCK_MS:
+            for order in ("", ".n"):
+                assert f"fused.mxfp4{order}.{prec}.bm{bm}.kpad" in names, (prec, bm, order)
+    want = lc.select_launch("gemm", "cuda", kind=1, fmt="mxfp4", bf16=True, block_m=128, n=5760, k=2880,
+                            k_stored=2944, word_order="mma", scale_order="n", plain_scales=True)
+    got = {i["config"]: i for i in kpad}["fused.mxfp4.plain.n.bf16.bm128.kpad"]["constexprs"]
+    assert {k: got[k] for k in ("BLOCK_N", "BLOCK_K", "K_PADDED", "SWAP_MN", "PLAIN_SCALES")} == {
+        k: want.meta()[k] for k in ("BLOCK_N", "BLOCK_K", "K_PADDED", "SWAP_MN", "PLAIN_SCALES")}
+    assert not [i for i in targets.work_list(["_moe_gemm_kernel"], ["fused.*"], "hip") if ".kpad" in i["config"]]
 
 
 # ---------------------------------------------------------------- faults shown red
