@@ -10,6 +10,7 @@ import sys
 
 from harness.models.shapes import GiB, SHAPES, get_shape
 from harness.checkpoints.synthetic import SCHEMES, block_size, write
+from harness.emulation import memory_model
 from harness.schemes import get_scheme
 from harness.util.interrupt import say_line
 
@@ -41,7 +42,7 @@ def plan(shape_name: str, scheme: str) -> dict:
     block = block_size(scheme)
     emu = s.emulated_bytes(block)
     row = get_scheme(SCHEMES[scheme])
-    kernel = dict(fused=True, fp4=row.weight_spec.is_fp4)
+    kernel = dict(fused=True, fp4=row.weight_spec.is_fp4, mma=memory_model.mma_words(row.weight_spec.name))
     fused = s.emulated_bytes(block, **kernel)
     lean = s.emulated_bytes(block, **kernel, keep_codes=False)
     return {"shape": s.name, "scheme": scheme, "params": s.params, "bf16_gib": round(s.bf16_bytes() / GiB, 1),

@@ -90,6 +90,13 @@ def moe_transient(shape: Shape, scheme, backend: str, P: int, precision: str) ->
     return live + max(gemm1, gemm2, topk)
 
 
+def mma_words(fmt: str, device_type: str = "cuda") -> bool:
+    """Whether the kernel format of `fmt` on `device_type` holds e2m1 words in
+    the "mma" order (MX on CUDA: launch_config.word_order), which are stored
+    past a ragged long K (launch_config.stored_k; shapes.Shape.expert_tensors)."""
+    return word_order(vendor_of(device_type), fmt, fp4_words.GROUP) == "mma"
+
+
 def per_device(shape: Shape, scheme: str, device_map: dict, batch: int, seq: int, *,
                backend: str = "unfused", device_type: str = "cuda", keep_codes: bool = True) -> dict:
     """{device: {weights, moe_transient, logits, peak}} in bytes, for the
@@ -101,8 +108,7 @@ def per_device(shape: Shape, scheme: str, device_map: dict, batch: int, seq: int
         raise ValueError(f"{scheme}: the memory model covers quantized experts only")
     spec = s.weight_spec
     precision = resolve_precision("auto", s, device_type)
-    # e2m1 words in the "mma" order (MX on CUDA) are stored past a ragged long K (launch_config.stored_k)
-    mma = word_order(vendor_of(device_type), spec.name, fp4_words.GROUP) == "mma"
+    mma = mma_words(spec.name, device_type)
     layer_bytes = shape.emulated_layer_bytes(spec.block_size, fused=backend == "fused", fp4=spec.is_fp4,
                                              keep_codes=keep_codes, mma=mma)
     layer_dev = [_canonical(d) for d in _layer_devices(device_map, shape.layers)]

@@ -12,6 +12,7 @@ import torch
 import harness.moe as hm
 from harness.emulation import memory_model, synthetic_loader
 from harness.emulation.parallel import iter_tensors
+from harness.kernels import launch_config as lc
 from harness.kernels.launch_config import SHORT_K_MAX
 from harness.models.shapes import SHAPES
 from harness.schemes import get_scheme
@@ -121,4 +122,5 @@ def test_padded_kernel_format_on_paper():
         n // 2 + n // 32) * 64 // 2880
     dm = synthetic_loader.device_map_for(oss.hf_config(), ["cuda:0"])
     cuda = memory_model.per_device(oss, "w_mxfp4", dm, 1, 16, backend="fused")["cuda:0"]["weights"]
-    assert cuda == oss.emulated_bytes(32, fused=True, mma=memory_model.vendor_of("cuda") == "cuda")
+    assert memory_model.mma_words("mxfp4") == (lc.vendor_of("cuda") == "cuda") and not memory_model.mma_words("nvfp4")
+    assert cuda == oss.emulated_bytes(32, fused=True, mma=memory_model.mma_words("mxfp4"))
