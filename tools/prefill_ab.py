@@ -1,4 +1,4 @@
-"""Three prefill A/Bs, graph ms (tools.shape_sweep.graph_ms), outputs checked
+"""Four prefill A/Bs, graph ms (tools.shape_sweep.graph_ms), outputs checked
 bitwise equal:
 
 --what layout: the pair layout by the torch ops (pair_layout.sort_pairs)
@@ -11,11 +11,16 @@ computes it), ROUNDS interleaved timings each, the ratio of their minima;
 --what k-pad: the same GEMMs on weights stored past a ragged K
 (launch_config.stored_k, FusedWeights.k_pad) as the tables launch them
 against the same weights with the padding not claimed (k_pad 0: the launch
-of unpadded weights).
+of unpadded weights);
+--what medium: the same GEMMs as the tables launch them against the decode
+row the launch took before "medium" ("small_short_k" up to SHORT_K_MAX,
+else "small"; each side's split-K as the table computes it for its tile);
+at BLOCK_M 32 where the tables take "medium".
 
 python -m tools.prefill_ab --what layout --shapes qwen3-30b-a3b,gpt-oss-120b,mixtral --tokens 64,512,4096,16384
 python -m tools.prefill_ab --what long-k --shapes qwen3-30b-a3b,mixtral --tokens 1024,4096
 python -m tools.prefill_ab --what k-pad --shapes gpt-oss-120b --tokens 1024,4096
+python -m tools.prefill_ab --what medium --shapes gpt-oss-120b --tokens 1024
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from harness.moe import quantize_expert_weights
 from tools.shape_sweep import graph_ms, main
 
 ROUNDS = 3
+_OTHER = {"long-k": "large_ms", "k-pad": "unpadded_ms", "medium": "decode_row_ms"}  # the B side's name
 
 
 def _ids(E, k, T, g, dev):
@@ -74,6 +80,7 @@ def _gemm_rows(shape, a, dev) -> list:
             x = torch.randn(T * k // x_div, K, generator=g, device=dev).to(torch.bfloat16)
             kw = dict(precision="bf16", mode="fused", layout=pair_layout.pair_layout(ids, E), x_row_div=x_div)
             large = lc.GPU_CONFIGS["large"].settings()
+            decode = lc.GPU_CONFIGS["small_short_k" if K <= lc.SHORT_K_MAX else "small"].settings()
             unpadded = copy.copy(fw)  # the same tensors and flags, the padding past K not claimed
             unpadded.k_pad = 0
 
@@ -83,6 +90,8 @@ def _gemm_rows(shape, a, dev) -> list:
             def old():
                 if a.what == "k-pad":
                     return fused_gemm.moe_gemm(x, ids, unpadded, **kw)
+                if a.what == "medium":
+                    return fused_gemm.moe_gemm(x, ids, fw, config=decode, **kw)
                 return fused_gemm.moe_gemm(x, ids, fw, config=large, **kw)
             t_new, t_old = [], []
             for _ in range(ROUNDS):  # interleaved: a drift in clocks reaches both
@@ -93,7 +102,7 @@ def _gemm_rows(shape, a, dev) -> list:
                                       k_stored=fw.k_stored)
             rows.append(dict(shape=shape, what=a.what, gemm=gemm, K=K, k_stored=fw.k_stored, T=T,
                              block_m=kw["layout"][2], table_row=launch.row, k_padded=bool(launch.K_PADDED),
-                             table_ms=t_new, **{"unpadded_ms" if a.what == "k-pad" else "large_ms": t_old},
+                             table_ms=t_new, **{_OTHER[a.what]: t_old},
                              ratio=round(min(t_new) / min(t_old), 3), equal=bool(torch.equal(table(), old()))))
             print(rows[-1], flush=True)
     return rows
@@ -104,7 +113,7 @@ def _sweep(shape, a, dev) -> list:
 
 
 def _arguments(p) -> None:
-    p.add_argument("--what", choices=("layout", "long-k", "k-pad"), default="layout")
+    p.add_argument("--what", choices=("layout", "long-k", "k-pad", "medium"), default="layout")
     p.add_argument("--tokens", default="4096")
     p.add_argument("--start-rows", default=str(moe_align.START_ROWS),
                    help="--what layout: chunks a step of the start program, comma-separated")

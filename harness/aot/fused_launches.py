@@ -89,6 +89,10 @@ def weight_formats():
     return list(FORMAT_NAMES)
 
 
+# The rows a GEMM launch takes by its K loop, named after the format, precision and BLOCK_M: the short-K row, the
+# long-K row at BLOCK_M 64 and up, "medium" at BLOCK_M 32 (launch_config.row_names)
+ROW_SUFFIX = {"small_short_k": ".shortk", "large_long_k": ".longk", "medium": ".medium"}
+
 # The scale bytes' orders (launch_config.scale_order) as the launcher specialises them: Triton binds an integer
 # argument of 1 as a constant, the block stride in order "k" and the row stride in order "n" (named ".n")
 SCALE_ORDER_STRIDES = (("", {"stride_mb": 1}), (".n", {"stride_mn": 1}))
@@ -113,16 +117,18 @@ def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
         for epi, fused, out in gemms("gemm", k=0, **kw):
             yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}{epi}", dict(codes, out_ptr=out),
                            dict(fused.meta(), **strides))
-        for epi, short, out in gemms("gemm", k=SHORT_K_MAX, **kw):
-            # a short K loop (K <= SHORT_K_MAX) takes a row of its own, and scale order "k"
-            if short.row != fused.row and not order:
-                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.shortk{epi}", dict(codes, out_ptr=out),
-                               dict(short.meta(), **strides))
-        for epi, long, out in gemms("gemm", k=LONG_K_MIN, **kw):
-            # a long K loop takes a row of its own at BLOCK_M 64 and up (the transposed product)
-            if long.row != fused.row:
-                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}.longk{epi}", dict(codes, out_ptr=out),
-                               dict(long.meta(), **strides))
+        # a short or a long K loop takes a row of its own where the tables have one (ROW_SUFFIX), each row once;
+        # the short-K row only in scale order "k" (scale_order: a short K keeps it)
+        done = {fused.row}
+        for kk in (SHORT_K_MAX, LONG_K_MIN):
+            rows = set()
+            for epi, cfg, out in gemms("gemm", k=kk, **kw):
+                if cfg.row in done or (cfg.row == "small_short_k" and order):
+                    continue
+                rows.add(cfg.row)
+                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}{ROW_SUFFIX[cfg.row]}{epi}",
+                               dict(codes, out_ptr=out), dict(cfg.meta(), **strides))
+            done |= rows
         if fused.MMA_ORDER and not ov.get("EVEN_NK"):
             # e2m1 words in the "mma" order stored past a ragged long K (stored_k): the row of that K, K_PADDED
             for epi, padded, out in gemms("gemm", k=LONG_K_MIN + 32, k_stored=2 * LONG_K_MIN,

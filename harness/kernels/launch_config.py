@@ -99,6 +99,12 @@ GPU_CONFIGS = {
                               SWAP_MN=True),
     "large_n": LaunchRow(BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True,
                          SWAP_MN=True),
+    # BLOCK_M 32 on "mma" words whose K is stored to a multiple of its BLOCK_K: "large_long_k"'s tile with the
+    # decode rows' flags. On an H200 (each W4A16 GEMM alone at BLOCK_M 32, the tile at SPLIT_K 1 against the
+    # table's "small" / "small_short_k" launch; docs/benchmarks.md) gpt-oss' w13 / w2 at T=1024 0.69x / 0.79x,
+    # Qwen3's at T=512 0.89x / 0.89x (its w2's K of 768 too), Mixtral's at T=128 0.93x / 0.88x
+    "medium": LaunchRow(BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=3, **_DECODE, BF16_DECODE=True,
+                        SWAP_MN=True, FOLD_BIAS=True),
     # "small" for a short K loop (K <= SHORT_K_MAX: Qwen3's GEMM2, K = 768): BLOCK_K
     # 256 leaves 3 iterations there; 128 ran its T=1 / T=16 GEMM 1.29x / 1.08x
     # faster on an H200 (docs/benchmarks.md)
@@ -143,7 +149,7 @@ ROCM_BF16_FLOAT_CONFIGS = {
 # ROCm's weights keep the "k" word order (word_order).
 ROCM_BF16_CODE_CONFIGS = {name: replace(row, BF16_DECODE=True, BF16_TRUNC=True, SWAP_MN=None, FOLD_BIAS=None)
                           for name, row in GPU_CONFIGS.items()
-                          if row.BYTE_DECODE and name not in ("large_n", "large_long_k")}
+                          if row.BYTE_DECODE and name not in ("large_n", "large_long_k", "medium")}
 # The Triton interpreter (CPU tensors): one small tile for every launch, the
 # kernel's default flags.
 INTERP_CONFIGS = dict.fromkeys(GPU_CONFIGS, LaunchRow(BLOCK_N=16, BLOCK_K=32))
@@ -170,6 +176,7 @@ VENDORS = tuple(VENDOR_TABLES)
 # "predequant"'s dequantized scratch, and the dequant-only pass.
 LAUNCHES = ("gemm", "scratch_gemm", "dequant")
 LARGE_BLOCK_M = 64  # BLOCK_M from which a GEMM takes the "large" rows
+MEDIUM_BLOCK_M = 32  # BLOCK_M from which a GEMM on "mma" words may take "medium"
 SHORT_K_MAX = 1024
 LONG_K_MIN = 2048  # "large_long_k"'s K loops: the shortest K it was measured faster on (Qwen3's w13)
 MAXNREG_MIN = 24  # the smallest register cap a row may set (LaunchRow.maxnreg)
@@ -427,14 +434,16 @@ def operands(kind: int, bf16: bool, w_bytes: int) -> str:
     return "bf16, float weights" if kind == 0 else "bf16"
 
 
-def row_names(launch: str, kind: int, block_m: int, k: int, swap_n: bool = False, long_k: bool = False) -> tuple:
+def row_names(launch: str, kind: int, block_m: int, k: int, swap_n: bool = False, long_k: bool = False,
+              wide_k: bool = False) -> tuple:
     """The rows a launch can take, preferred first: "small" below BLOCK_M 64,
     else "large" ("large_float" on predequant's scratch); a code-decoding
-    GEMM with a short K loop prefers "small_short_k", and at BLOCK_M 64 and
-    up one with `long_k` (the transposed product, a long K loop:
-    select_launch) "large_long_k", else one with `swap_n` (the transposed
-    product on "mma" words acts, scale bytes in order "n") "large_n"; the
-    dequant pass has its own row."""
+    GEMM at BLOCK_M 32 with `wide_k` (the transposed product, K stored to a
+    multiple of 128: select_launch) prefers "medium", one with a short K
+    loop "small_short_k", and at BLOCK_M 64 and up one with `long_k` (the
+    transposed product, a long K loop) "large_long_k", else one with
+    `swap_n` (the transposed product on "mma" words acts, scale bytes in
+    order "n") "large_n"; the dequant pass has its own row."""
     if launch == "dequant":
         return ("dequant",)
     if block_m >= LARGE_BLOCK_M:
@@ -443,6 +452,8 @@ def row_names(launch: str, kind: int, block_m: int, k: int, swap_n: bool = False
         if launch == "gemm" and kind == 1 and long_k:
             return ("large_long_k", "large")
         return ("large_n", "large") if launch == "gemm" and kind == 1 and swap_n else ("large",)
+    if launch == "gemm" and kind == 1 and block_m >= MEDIUM_BLOCK_M and wide_k:
+        return ("medium", "small")
     if launch == "gemm" and kind == 1 and 0 < k <= SHORT_K_MAX:
         return ("small_short_k", "small")
     return ("small",)
@@ -580,7 +591,9 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     if not isinstance(k_stored, int) or k_stored < k:
         raise ValueError(f"select_launch: weights stored to K {k_stored!r}, fewer than the GEMM's K {k}")
     long_k = bf16 and mma_order and k >= LONG_K_MIN and k_stored % GPU_CONFIGS["large_long_k"].BLOCK_K == 0
-    table, name, row = table_row(vendor, operands(kind, bf16, w_bytes), row_names(launch, kind, bm, k, swap_n, long_k))
+    wide_k = bf16 and mma_order and k > 0 and k_stored % GPU_CONFIGS["medium"].BLOCK_K == 0
+    table, name, row = table_row(vendor, operands(kind, bf16, w_bytes),
+                                 row_names(launch, kind, bm, k, swap_n, long_k, wide_k))
     cfg = asdict(row)
     cfg.update((f, v) for f, v in override.items() if f in cfg)
     if cfg["maxnreg"] is not None and (not isinstance(cfg["maxnreg"], int) or not MAXNREG_MIN <= cfg["maxnreg"] <= 255):

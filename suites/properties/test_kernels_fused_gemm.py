@@ -343,6 +343,9 @@ def _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch) -> dict:
     outs = {flag: run(TRUNC if flag == "trunc" else dict(BF16_DECODE=flag)) for flag in (True, False, "trunc")}
     # the launch the tables pick for these rows (K of them an expert: BLOCK_M 64 and up, "large" or "large_n")
     outs["table"] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused").cpu()
+    # and at BLOCK_M 32 ("medium" on "mma" words whose K is stored to a multiple of 128, else the decode rows)
+    outs["table_bm32"] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused",
+                                             block_m=32).cpu()
     if lc.select_launch("gemm", lc.vendor_of(x.device), kind=1, fmt=fw.fmt, bf16=True, has_post=True, block_m=16,
                         n=fw.N, k=fw.K, cuda_cc=torch.cuda.get_device_capability(x.device)).S_CVT:
         with monkeypatch.context() as mp:
@@ -386,6 +389,7 @@ def test_bf16_gemm_picks_out_every_finite_weight_gpu(fmt, plain, order, reps, gp
     assert_bitwise_equal(outs[True], outs[False], f"{fmt}: BF16_DECODE on vs off")
     assert_bitwise_equal(outs["trunc"], outs[False], f"{fmt}: BF16_TRUNC vs BF16_DECODE off")
     assert_bitwise_equal(outs["table"], outs[False], f"{fmt}: the tables' launch vs BF16_DECODE off")
+    assert_bitwise_equal(outs["table_bm32"], outs[False], f"{fmt}: the tables' BLOCK_M 32 launch vs BF16_DECODE off")
     if "sm_80" in outs:
         assert_bitwise_equal(outs["sm_80"], outs[False], f"{fmt}: the fold without S_CVT vs BF16_DECODE off")
     if spec.is_mx:
@@ -520,12 +524,35 @@ def test_long_k_loops_take_their_own_large_row():
         c = lc.select_launch("gemm", "cuda", k=2880, k_stored=2944, scale_order=order, **kw)
         assert (c.row, c.EVEN_NK, c.K_TAIL, c.K_PADDED) == ("large_long_k", False, False, True), c
         assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, scale_order=order, **kw).row == "large_long_k"
-    assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, **dict(kw, block_m=32)).row == "small"
+    assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, **dict(kw, block_m=16)).row == "small"
     for c in (lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, **dict(kw, bf16=False)),
               lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, **dict(kw, fmt="nvfp4", word_order="k", has_post=True)),
               lc.select_launch("gemm", "rocm", k=lc.LONG_K_MIN, **dict(kw, word_order="k"))):
         assert c.row == "large", c
     assert "large_long_k" not in lc.ROCM_BF16_CODE_CONFIGS
+
+
+def test_block_m_32_takes_medium_on_mma_words():
+    """At BLOCK_M 32 the transposed product (bf16, "mma" words) over a K
+    stored to a multiple of "medium"'s BLOCK_K takes "medium", short K loops
+    included, gpt-oss' K 2880 stored to 2944 with K_PADDED; a ragged K as
+    stored, BLOCK_M 16, float32 operands, NVFP4's "k" words and ROCm keep
+    the decode rows, and ROCm's tables hold no such row."""
+    kw = dict(kind=1, fmt="mxfp4", block_m=32, n=1536, bf16=True, word_order="mma")
+    row = lc.GPU_CONFIGS["medium"]
+    for k, stored in ((768, 768), (2048, 2048), (14336, 14336), (2880, 2944)):
+        c = lc.select_launch("gemm", "cuda", k=k, k_stored=stored, **kw)
+        assert (c.row, c.SWAP_MN, c.BLOCK_N, c.BLOCK_K, c.num_warps, c.num_stages, c.K_TAIL) == (
+            "medium", True, row.BLOCK_N, row.BLOCK_K, row.num_warps, row.num_stages, False), (k, c)
+        assert c.K_PADDED is (True if stored > k else None)
+    assert lc.select_launch("gemm", "cuda", k=2880, **kw).row == "small"  # not stored past K: K_TAIL
+    assert lc.select_launch("gemm", "cuda", k=1056, **kw).row == "small"
+    assert lc.select_launch("gemm", "cuda", k=768, **dict(kw, block_m=16)).row == "small_short_k"
+    for c in (lc.select_launch("gemm", "cuda", k=2048, **dict(kw, bf16=False)),
+              lc.select_launch("gemm", "cuda", k=2048, **dict(kw, fmt="nvfp4", word_order="k", has_post=True)),
+              lc.select_launch("gemm", "rocm", k=2048, **dict(kw, word_order="k"))):
+        assert c.row == "small", c
+    assert "medium" not in lc.ROCM_BF16_CODE_CONFIGS
 
 
 def test_stored_k_pads_ragged_long_k_loops_of_mma_words():
