@@ -26,8 +26,9 @@ class FusedWeights:
     `word_order`), stored as the words' bytes [E, N, K/2] / one code per byte
     / float, plus the checkpoint's block scale bytes and, for
     two-level rows, the float32 global scale of each expert, all on the
-    weights' device (prepared once, at conversion). No more bytes than the
-    checkpoint: the kernel decodes a block's multiplier from its scale byte
+    weights' device (prepared once, at conversion). The checkpoint's bytes
+    (but for rows stored past a ragged long K: k_pad): the kernel decodes a
+    block's multiplier from its scale byte
     (2^(b-127) for MX; s, or fl32(s / gs[e]) in "ieee", for two-level rows),
     so one format serves every precision. The scale bytes may have any
     strides (the kernel takes all three): from_quantized stores them in the
