@@ -9,8 +9,8 @@ of the format table (and float weights for the "bf16" baseline), precision
 (with a short K loop where the tables have a row for it, and the BLOCK_K a
 K with a tail steps down to) and both launches
 of mode "predequant", MX weights with and without plain scale bytes
-(and e2m1 words in the "mma" order stored past a ragged long K: K_PADDED)
-(FusedWeights.plain_scales), both scale-byte orders (launch_config.scale_order,
+(FusedWeights.plain_scales), e2m1 words in the "mma" order stored past a
+ragged long K (K_PADDED, ".kpad"), both scale-byte orders (launch_config.scale_order,
 which also picks the row of the BLOCK_M 64 and up),
 masked and unmasked N/K tails, and every epilogue a
 GEMM launch can get (EPILOGUES: none, the router weights of GEMM2, the bias

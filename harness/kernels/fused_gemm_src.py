@@ -255,7 +255,8 @@ def _moe_gemm_kernel(
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
     # K_TAIL: the full BLOCK_Ks load without masks (part 0), the partial last one with K masks (part 1: one
     # iteration, in the split that holds it, not pipelined); else one part, masked unless EVEN_NK (K_PADDED: x's
-    # loads only; the last BLOCK_K reads the weights' zero codes past K). The mask test is spelt out at each use: a name assigned in the loop would hold a tensor, not a constexpr
+    # loads only; the last BLOCK_K reads the weights' zero codes past K). The mask test is spelt out at each use:
+    # a name assigned in the loop would hold a tensor, not a constexpr
     kb_full = K // BLOCK_K
     if not K_TAIL:
         # Every program has a K step: a split is never empty (select_launch) and K > 0. Told so, the compiler drops

@@ -51,7 +51,7 @@ class FusedWeights:
     plain_scales: bool = field(default=False, init=False)
     # Derived at conversion too: the zero codes (and zero scale bytes) each row's storage holds past K, beyond the
     # views `data` and `scales` (launch_config.stored_k), so a GEMM can read whole BLOCK_Ks there (K_PADDED)
-    # instead of masking them. 0 for a FusedWeights built by hand, or copied (dataclasses.replace, .to)
+    # instead of masking them. 0 for a FusedWeights built by hand, or copied (dataclasses.replace)
     k_pad: int = field(default=0, init=False)
 
     def __post_init__(self):
@@ -189,7 +189,7 @@ class FusedWeights:
                 hf.QuantizedTensor(q.codes[e0:e1].to(device), q.scales[e0:e1].to(device), gs, q.fmt, q.scale_mode,
                                    q.rounding, q.dtype), g, word_order)
             if full is None:
-                def alloc(part, name, order="k"):  # the part's tensor with its padding past K, scale bytes in its order
+                def alloc(part, name, order="k"):  # the part's tensor, its padding past K; scale bytes in its order
                     t = part.stored(name)
                     if t is None:
                         return None
@@ -198,8 +198,8 @@ class FusedWeights:
                     else:
                         t = t.new_empty((E,) + tuple(t.shape[1:]))
                     return t if name == "gscale" else t[..., :getattr(part, name).shape[-1]]
-                full = cls(part.kind, alloc(part, "data"), alloc(part, "scales", part.scale_order), alloc(part, "gscale"),
-                           part.fmt, E, N, K, part.word_order)
+                full = cls(part.kind, alloc(part, "data"), alloc(part, "scales", part.scale_order),
+                           alloc(part, "gscale"), part.fmt, E, N, K, part.word_order)
                 full.k_pad = part.k_pad
             for name in cls.TENSORS:
                 src = part.stored(name)
