@@ -8,10 +8,10 @@ start program at each of --start-rows chunks a step;
 quantized by quantize_expert_weights, bf16 x, top-k of random logits) as
 the tables launch it against the "large" row (its split-K as the table
 computes it), ROUNDS interleaved timings each, the ratio of their minima;
---what k-pad: the same GEMMs on weights stored past a ragged K
-(launch_config.stored_k, FusedWeights.k_pad) as the tables launch them
-against the same weights with the padding not claimed (k_pad 0: the launch
-of unpadded weights);
+--what k-over: the same GEMMs on weights read past a ragged K
+(launch_config.read_k, FusedWeights.k_over) as the tables launch them
+against the same weights with the read not claimed (k_over 0: every
+BLOCK_K masked);
 --what medium: the same GEMMs as the tables launch them against the decode
 row the launch took before "medium" ("small_short_k" up to SHORT_K_MAX,
 else "small"; each side's split-K as the table computes it for its tile);
@@ -19,7 +19,7 @@ at BLOCK_M 32 where the tables take "medium".
 
 python -m tools.prefill_ab --what layout --shapes qwen3-30b-a3b,gpt-oss-120b,mixtral --tokens 64,512,4096,16384
 python -m tools.prefill_ab --what long-k --shapes qwen3-30b-a3b,mixtral --tokens 1024,4096
-python -m tools.prefill_ab --what k-pad --shapes gpt-oss-120b --tokens 1024,4096
+python -m tools.prefill_ab --what k-over --shapes gpt-oss-120b --tokens 1024,4096
 python -m tools.prefill_ab --what medium --shapes gpt-oss-120b --tokens 1024
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from harness.moe import quantize_expert_weights
 from tools.shape_sweep import graph_ms, main
 
 ROUNDS = 3
-_OTHER = {"long-k": "large_ms", "k-pad": "unpadded_ms", "medium": "decode_row_ms"}  # the B side's name
+_OTHER = {"long-k": "large_ms", "k-over": "masked_ms", "medium": "decode_row_ms"}  # the B side's name
 
 
 def _ids(E, k, T, g, dev):
@@ -67,7 +67,7 @@ def _layout_rows(shape, a, dev) -> list:
 
 
 def _gemm_rows(shape, a, dev) -> list:
-    """--what long-k and k-pad: per GEMM and T, the tables' launch (A) against the other side (B)."""
+    """--what long-k, k-over and medium: per GEMM and T, the tables' launch (A) against the other side (B)."""
     E, k, H, inter = SHAPES[shape]
     g = torch.Generator(device=dev).manual_seed(0)
     rows = []
@@ -81,15 +81,15 @@ def _gemm_rows(shape, a, dev) -> list:
             kw = dict(precision="bf16", mode="fused", layout=pair_layout.pair_layout(ids, E), x_row_div=x_div)
             large = lc.GPU_CONFIGS["large"].settings()
             decode = lc.GPU_CONFIGS["small_short_k" if K <= lc.SHORT_K_MAX else "small"].settings()
-            unpadded = copy.copy(fw)  # the same tensors and flags, the padding past K not claimed
-            unpadded.k_pad = 0
+            masked = copy.copy(fw)  # the same tensors and flags, the read past K not claimed
+            masked.k_over = 0
 
             def table():
                 return fused_gemm.moe_gemm(x, ids, fw, **kw)
 
             def old():
-                if a.what == "k-pad":
-                    return fused_gemm.moe_gemm(x, ids, unpadded, **kw)
+                if a.what == "k-over":
+                    return fused_gemm.moe_gemm(x, ids, masked, **kw)
                 if a.what == "medium":
                     return fused_gemm.moe_gemm(x, ids, fw, config=decode, **kw)
                 return fused_gemm.moe_gemm(x, ids, fw, config=large, **kw)
@@ -99,9 +99,9 @@ def _gemm_rows(shape, a, dev) -> list:
                 t_old.append(graph_ms(old))
             launch = lc.select_launch("gemm", "cuda", kind=1, fmt=fw.fmt, bf16=True, block_m=kw["layout"][2], n=N,
                                       k=K, word_order=fw.word_order, scale_order=fw.scale_order or "k",
-                                      k_stored=fw.k_stored)
-            rows.append(dict(shape=shape, what=a.what, gemm=gemm, K=K, k_stored=fw.k_stored, T=T,
-                             block_m=kw["layout"][2], table_row=launch.row, k_padded=bool(launch.K_PADDED),
+                                      k_read=fw.k_read)
+            rows.append(dict(shape=shape, what=a.what, gemm=gemm, K=K, k_read=fw.k_read, T=T,
+                             block_m=kw["layout"][2], table_row=launch.row, k_overread=bool(launch.K_OVERREAD),
                              table_ms=t_new, **{_OTHER[a.what]: t_old},
                              ratio=round(min(t_new) / min(t_old), 3), equal=bool(torch.equal(table(), old()))))
             print(rows[-1], flush=True)
@@ -113,7 +113,7 @@ def _sweep(shape, a, dev) -> list:
 
 
 def _arguments(p) -> None:
-    p.add_argument("--what", choices=("layout", "long-k", "k-pad", "medium"), default="layout")
+    p.add_argument("--what", choices=("layout", "long-k", "k-over", "medium"), default="layout")
     p.add_argument("--tokens", default="4096")
     p.add_argument("--start-rows", default=str(moe_align.START_ROWS),
                    help="--what layout: chunks a step of the start program, comma-separated")

@@ -9,8 +9,8 @@ of the format table (and float weights for the "bf16" baseline), precision
 (with a short K loop where the tables have a row for it, and the BLOCK_K a
 K with a tail steps down to) and both launches
 of mode "predequant", MX weights with and without plain scale bytes
-(FusedWeights.plain_scales), e2m1 words in the "mma" order stored past a
-ragged long K (K_PADDED, ".kpad"), both scale-byte orders (launch_config.scale_order,
+(FusedWeights.plain_scales), e2m1 words in the "mma" order read past a
+ragged long K under plain scales (K_OVERREAD, ".kover"), both scale-byte orders (launch_config.scale_order,
 which also picks the row of the BLOCK_M 64 and up),
 masked and unmasked N/K tails, and every epilogue a
 GEMM launch can get (EPILOGUES: none, the router weights of GEMM2, the bias
@@ -129,12 +129,13 @@ def _code_variants(k, launch, gemms, fmt, prec, bm, tail, ov, plain):
                 yield _variant(k, f"fused.{name}.{prec}.bm{bm}.{tail}{ROW_SUFFIX[cfg.row]}{epi}",
                                dict(codes, out_ptr=out), dict(cfg.meta(), **strides))
             done |= rows
-        if fused.MMA_ORDER and not ov.get("EVEN_NK"):
-            # e2m1 words in the "mma" order stored past a ragged long K (stored_k): the row of that K, K_PADDED
-            for epi, padded, out in gemms("gemm", k=LONG_K_MIN + 32, k_stored=2 * LONG_K_MIN,
-                                          **dict(kw, override=dict(ov, K_PADDED=True))):
-                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.kpad{epi}", dict(codes, out_ptr=out),
-                               dict(padded.meta(), **strides))
+        if fused.MMA_ORDER and plain and not ov.get("EVEN_NK"):
+            # e2m1 words in the "mma" order read past a ragged long K (read_k; plain scales only): the row of that
+            # K, K_OVERREAD
+            for epi, over, out in gemms("gemm", k=LONG_K_MIN + 32, k_read=2 * LONG_K_MIN,
+                                          **dict(kw, override=dict(ov, K_OVERREAD=True))):
+                yield _variant(k, f"fused.{name}.{prec}.bm{bm}.kover{epi}", dict(codes, out_ptr=out),
+                               dict(over.meta(), **strides))
         # a K with a tail of BLOCK_K: masks on the last BLOCK_K only, where the launch takes K_TAIL at all
         if not ov.get("EVEN_NK") and not masks_every_block_k(fused.SWAP_MN, bm):
             for epi, ktail, out in gemms("gemm", k=0, **dict(kw, override=dict(ov, K_TAIL=True))):

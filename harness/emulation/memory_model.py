@@ -9,9 +9,10 @@ expert weights of a layer, E experts, H hidden, I expert intermediate):
   scales, bf16 attention and router; backend "fused" adds the kernel format's
   packed fp4 codes (it shares the scale bytes and global scales with the
   config and decodes its multipliers from them), with its own copy of the
-  scale bytes it stores in order "n" or past K: MX e2m1 on CUDA is stored
-  to a multiple of 128 past a ragged K of 2048 and more (shapes.Shape.
-  expert_tensors, launch_config.stored_k); a fused layer built with
+  scale bytes it stores in order "n" or with slack after them: MX e2m1 on
+  CUDA is read to a multiple of 128 past a ragged K of 2048 and more, each
+  tensor holding its last row's reach past K after it (shapes.Shape.
+  expert_tensors, launch_config.read_k); a fused layer built with
   keep_codes=False, what the eval builds when no certified oracle is asked
   for (moe_swap.keep_codes_for), holds
   shapes.Shape.released_expert_bytes_per_layer less: no unpacked fp4 codes
@@ -92,8 +93,8 @@ def moe_transient(shape: Shape, scheme, backend: str, P: int, precision: str) ->
 
 def mma_words(fmt: str, device_type: str = "cuda") -> bool:
     """Whether the kernel format of `fmt` on `device_type` holds e2m1 words in
-    the "mma" order (MX on CUDA: launch_config.word_order), which are stored
-    past a ragged long K (launch_config.stored_k; shapes.Shape.expert_tensors)."""
+    the "mma" order (MX on CUDA: launch_config.word_order), which are read
+    past a ragged long K (launch_config.read_k; shapes.Shape.expert_tensors)."""
     return word_order(vendor_of(device_type), fmt, fp4_words.GROUP) == "mma"
 
 

@@ -63,7 +63,7 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
     return _moe_gemm_op(x, ids, fw.data, fw.scales, fw.gscale, a_gscale, fw.kind,
                         fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert, x_row_div,
                         bias, row_scale, fw.word_order, fw.plain_scales, bool(x_scaled), code,
-                        act_dtype == torch.bfloat16, fw.k_pad)
+                        act_dtype == torch.bfloat16, fw.k_over)
 
 
 def _act_code(act: Optional[str], act_dtype: torch.dtype, n: int) -> int:
@@ -86,10 +86,10 @@ def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales:
                  block_expert: Optional[torch.Tensor] = None, x_row_div: int = 1,
                  bias: Optional[torch.Tensor] = None, row_scale: Optional[torch.Tensor] = None,
                  word_order: str = "k", plain_scales: bool = False, x_scaled: bool = False, act: int = 0,
-                 act_bf16: bool = False, k_pad: int = 0) -> torch.Tensor:
+                 act_bf16: bool = False, k_over: int = 0) -> torch.Tensor:
     fw = FusedWeights(kind, data, scales, gscale, fmt or None, E, N, K, word_order)
     fw.plain_scales = plain_scales  # the flags of the FusedWeights moe_gemm took these tensors from
-    fw.k_pad = k_pad
+    fw.k_over = k_over
     layout = (rows, block_expert, block_m) if rows is not None else None
     name = ACT_NAMES.get(act)
     return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode,
@@ -100,7 +100,7 @@ def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales:
 @_moe_gemm_op.register_fake
 def _moe_gemm_fake(x, ids, data, scales, gscale, a_gscale, kind, fmt, E, N, K, precision, block_m, mode,
                    rows=None, block_expert=None, x_row_div=1, bias=None, row_scale=None, word_order="k",
-                   plain_scales=False, x_scaled=False, act=0, act_bf16=False, k_pad=0):
+                   plain_scales=False, x_scaled=False, act=0, act_bf16=False, k_over=0):
     if act:
         return x.new_empty((ids.shape[0], N // 2), dtype=torch.bfloat16 if act_bf16 else torch.float32)
     return x.new_empty((ids.shape[0], N), dtype=torch.float32)
@@ -201,6 +201,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     else:
         rows, block_expert, bm = pair_layout(ids, fw.E, block_m=block_m)
     run_fw, launch = fw, "gemm"
+    fw.check_over_read()  # a read past K only where the storage and the scales bear it
     if mode == "predequant" and fw.kind == 1:
         scratch = _dequantize(fw, torch.bfloat16 if bf16 else torch.float32)
         run_fw = FusedWeights(0, scratch, None, None, None, fw.E, fw.N, fw.K)
@@ -211,7 +212,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
                         row_scale=row_scale is not None, override=config, word_order=run_fw.word_order,
                         plain_scales=run_fw.plain_scales, scale_order=run_fw.scale_order or "k",
                         cuda_cc=torch.cuda.get_device_capability(x.device) if vendor == "cuda" else None, act=code,
-                        k_stored=run_fw.k_stored)
+                        k_read=run_fw.k_read)
     n_tiles = triton_cdiv(n_out, cfg.BLOCK_N // 2) if cfg.ACT else triton_cdiv(fw.N, cfg.BLOCK_N)
     splits = cfg.SPLIT_K
     # Split-K partials land in [splits, P, N] and are summed in split order

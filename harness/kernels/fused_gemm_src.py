@@ -162,9 +162,10 @@ def _moe_gemm_kernel(
     PACK_JOIN: tl.constexpr = True,  # load fp4 words once and split (else one word per element)
     EVEN_NK: tl.constexpr = False,  # N % BLOCK_N == 0 and K % BLOCK_K == 0: weight loads need no masks
     K_TAIL: tl.constexpr = False,  # N % BLOCK_N == 0, K % BLOCK_K != 0: masks on the last BLOCK_K only
-    # N % BLOCK_N == 0 and the weights stored with zero codes past K to a multiple of BLOCK_K (FusedWeights.k_pad):
-    # one loop, the weight loads without masks, x's masked on K (a GEMM launch only)
-    K_PADDED: tl.constexpr = False,
+    # N % BLOCK_N == 0 and the weights finite past K to a multiple of BLOCK_K (FusedWeights.k_over: the next row's
+    # codes under plain scales, or slack): one loop, the weight loads without masks, x's masked on K, so the products
+    # past K are zeros (a GEMM launch only)
+    K_OVERREAD: tl.constexpr = False,
     BYTE_DECODE: tl.constexpr = False,  # e2m1 under FAST_DECODE and PACK_JOIN: values from the pair bits
     BF16_DECODE: tl.constexpr = False,  # e2m1 decoded and scaled in bf16 (precision "bf16" GEMMs only)
     # BF16_DECODE's two multiplies in float32, the bf16 operand their top halves (_bf16_top): exact, as each
@@ -207,9 +208,9 @@ def _moe_gemm_kernel(
     S_FOLDED: tl.constexpr = (BYTES_BF16 and not BF16_TRUNC and FOLD_BIAS and TWO_LEVEL and RAW_S and HAS_POST
                               and not DEQUANT_ONLY)
     FOLDED: tl.constexpr = (PLAIN_BF16 and FOLD_BIAS) or S_FOLDED
-    tl.static_assert(not (K_PADDED and (DEQUANT_ONLY or EVEN_NK or K_TAIL)),
-                     "K_PADDED: a GEMM launch whose K has a tail (not EVEN_NK, not K_TAIL)")
-    W_FULL: tl.constexpr = EVEN_NK or K_PADDED  # weight loads without masks
+    tl.static_assert(not (K_OVERREAD and (DEQUANT_ONLY or EVEN_NK or K_TAIL)),
+                     "K_OVERREAD: a GEMM launch whose K has a tail (not EVEN_NK, not K_TAIL)")
+    W_FULL: tl.constexpr = EVEN_NK or K_OVERREAD  # weight loads without masks
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     # Split-K (decode sizes: too few programs otherwise): this program's
@@ -254,8 +255,8 @@ def _moe_gemm_kernel(
     else:
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
     # K_TAIL: the full BLOCK_Ks load without masks (part 0), the partial last one with K masks (part 1: one
-    # iteration, in the split that holds it, not pipelined); else one part, masked unless EVEN_NK (K_PADDED: x's
-    # loads only; the last BLOCK_K reads the weights' zero codes past K). The mask test is spelt out at each use:
+    # iteration, in the split that holds it, not pipelined); else one part, masked unless EVEN_NK (K_OVERREAD: x's
+    # loads only; the last BLOCK_K reads the finite weights past K). The mask test is spelt out at each use:
     # a name assigned in the loop would hold a tensor, not a constexpr
     kb_full = K // BLOCK_K
     if not K_TAIL:

@@ -9,7 +9,7 @@ import torch
 
 import harness.formats as hf
 from harness.kernels import fp4_words
-from harness.kernels.launch_config import SCALE_ORDERS, scale_order as preferred_scale_order, stored_k, vendor_of, \
+from harness.kernels.launch_config import SCALE_ORDERS, scale_order as preferred_scale_order, read_k, vendor_of, \
     word_order as preferred_word_order
 
 # codes a device receives at once when a layer's kernel weights are built from
@@ -27,7 +27,8 @@ class FusedWeights:
     / float, plus the checkpoint's block scale bytes and, for
     two-level rows, the float32 global scale of each expert, all on the
     weights' device (prepared once, at conversion). The checkpoint's bytes
-    (but for rows stored past a ragged long K: k_pad): the kernel decodes a
+    (and, for rows a GEMM reads past a ragged long K, a few slack bytes after
+    each tensor: k_over): the kernel decodes a
     block's multiplier from its scale byte
     (2^(b-127) for MX; s, or fl32(s / gs[e]) in "ieee", for two-level rows),
     so one format serves every precision. The scale bytes may have any
@@ -49,10 +50,13 @@ class FusedWeights:
     # E8M0 multiplier as the float whose exponent field is the byte (launch_config: PLAIN_SCALES, FOLD_BIAS). A
     # FusedWeights built by hand, or whose tensors were written after conversion, keeps False: the full decode.
     plain_scales: bool = field(default=False, init=False)
-    # Derived at conversion too: the zero codes (and zero scale bytes) each row's storage holds past K, beyond the
-    # views `data` and `scales` (launch_config.stored_k), so a GEMM can read whole BLOCK_Ks there (K_PADDED)
-    # instead of masking them. 0 for a FusedWeights built by hand, or copied (dataclasses.replace)
-    k_pad: int = field(default=0, init=False)
+    # Derived at conversion too: how far past K a GEMM may read each row (launch_config.read_k), so it reads whole
+    # BLOCK_Ks there (K_OVERREAD) instead of masking them, x's loads masked on K. Past a row's K lie the next row's
+    # codes and scale bytes (the next expert's after the last row), past the last expert's last row zero slack the
+    # storage holds after the tensor (slack): finite weights, as plain scales (plain_scales) make every multiplier,
+    # so their products with x's masked zeros are zeros. Set only with plain_scales; 0 for a FusedWeights built by
+    # hand, or copied (dataclasses.replace). The launcher checks the claim against the storage (check_over_read)
+    k_over: int = field(default=0, init=False)
 
     def __post_init__(self):
         """The layout the kernel reads, checked (FusedWeights can be built by
@@ -145,19 +149,15 @@ class FusedWeights:
         order = "k"
         if spec.is_fp4:
             order = word_order or preferred_word_order(vendor_of(codes.device), spec.name, K)
-        pad = stored_k(order, K) - K if spec.is_fp4 else 0
-        if pad:  # zero codes and zero scale bytes past K, outside the views (k_pad)
-            padded = torch.nn.functional.pad(codes, (0, pad))
-            data = fp4_words.pack(padded, order).view(torch.uint8)[..., :K // 2]
-            del padded
-            scales_p = torch.nn.functional.pad(scales, (0, pad // spec.block_size))
-        else:
-            data = fp4_words.pack(codes, order).view(torch.uint8) if spec.is_fp4 else codes.contiguous()
-            scales_p = scales
-        scales_k = in_scale_order(scales_p, scale_order or preferred_scale_order(N, K, spec.block_size))
-        fw = cls(1, data, scales_k[..., :K // spec.block_size] if pad else scales_k, gs, spec.name, E, N, K, order)
+        over = read_k(order, K) - K if spec.is_fp4 else 0
+        data = fp4_words.pack(codes, order).view(torch.uint8) if spec.is_fp4 else codes.contiguous()
+        scales_k = in_scale_order(scales, scale_order or preferred_scale_order(N, K, spec.block_size))
+        if over:  # rows read past K: the slack after each tensor's last row (k_over), allocated whatever the scales
+            data = _with_slack(data, _slack(2, N, over, False))
+            scales_k = _with_slack(scales_k, _slack(spec.block_size, N, over, _n_order(scales_k)))
+        fw = cls(1, data, scales_k, gs, spec.name, E, N, K, order)
         fw.plain_scales = plain_scale_bytes(codes, scales, spec)
-        fw.k_pad = pad
+        fw.k_over = over if fw.plain_scales else 0  # finite weights past K only under plain scales
         return fw
 
     @classmethod
@@ -189,25 +189,26 @@ class FusedWeights:
                 hf.QuantizedTensor(q.codes[e0:e1].to(device), q.scales[e0:e1].to(device), gs, q.fmt, q.scale_mode,
                                    q.rounding, q.dtype), g, word_order)
             if full is None:
-                def alloc(part, name, order="k"):  # the part's tensor, its padding past K; scale bytes in its order
-                    t = part.stored(name)
+                over = read_k(part.word_order, K) - K if part.kind == 1 and hf.get_format(part.fmt).is_fp4 else 0
+
+                def alloc(part, name, per):  # the part's layout over E experts, with from_quantized's slack
+                    t = getattr(part, name)
                     if t is None:
                         return None
-                    if order == "n":
-                        t = t.new_empty((E, t.shape[2], t.shape[1])).transpose(1, 2)
-                    else:
-                        t = t.new_empty((E,) + tuple(t.shape[1:]))
-                    return t if name == "gscale" else t[..., :getattr(part, name).shape[-1]]
-                full = cls(part.kind, alloc(part, "data"), alloc(part, "scales", part.scale_order),
-                           alloc(part, "gscale"), part.fmt, E, N, K, part.word_order)
-                full.k_pad = part.k_pad
+                    if name == "gscale":
+                        return t.new_empty((E,))
+                    n_order = _n_order(t)
+                    return _zeros((E,) + tuple(t.shape[1:]), t, n_order, _slack(per, N, over, n_order) if over else 0)
+                full = cls(part.kind, alloc(part, "data", 2), alloc(part, "scales", part.block_size()),
+                           alloc(part, "gscale", 1), part.fmt, E, N, K, part.word_order)
             for name in cls.TENSORS:
-                src = part.stored(name)
+                src = getattr(part, name)
                 if src is not None:
-                    full.stored(name)[e0:e1].copy_(src)
+                    getattr(full, name)[e0:e1].copy_(src)
             plain = plain and part.plain_scales
             del part
         full.plain_scales = plain  # every chunk's scale bytes checked
+        full.k_over = over if plain else 0
         return full
 
     @classmethod
@@ -233,24 +234,75 @@ class FusedWeights:
         return self.gscale is not None
 
     @property
-    def k_stored(self) -> int:
-        """The K each row's storage holds (launch_config.select_launch's k_stored)."""
-        return self.K + self.k_pad
+    def k_read(self) -> int:
+        """The K a GEMM may read each row to (launch_config.select_launch's k_read): K + k_over."""
+        return self.K + self.k_over
 
-    def stored(self, name: str) -> Optional[torch.Tensor]:
-        """Tensor field `name` (TENSORS) with what its storage holds past K
-        (k_pad): the view over the same memory, [E, N, k_stored / elements
-        per byte] for the data, [E, N, k_stored / block] for the scales."""
+    def block_size(self) -> int:
+        """Elements per scale byte (1 without scales)."""
+        return hf.get_format(self.fmt).block_size if self.kind == 1 else 1
+
+    def slack(self, name: str) -> int:
+        """Elements of tensor field `name` (TENSORS) its storage holds after
+        its last row for a read of every row to k_read (from_quantized; 0
+        without k_over)."""
         t = getattr(self, name)
-        if t is None or not self.k_pad or name == "gscale":
-            return t
-        per = 2 if name == "data" else hf.get_format(self.fmt).block_size
-        return t.as_strided(tuple(t.shape[:2]) + (self.k_stored // per,), t.stride(), t.storage_offset())
+        if t is None or not self.k_over or name == "gscale":
+            return 0
+        return _slack(2 if name == "data" else self.block_size(), self.N, self.k_over, _n_order(t))
+
+    def check_over_read(self) -> None:
+        """k_over held to what it claims, before a launch reads past K:
+        plain scales (finite weights past each row's K) and, after each
+        tensor, storage a read of every row to k_read stays inside.
+        Raises ValueError naming the tensor."""
+        if not self.k_over:
+            return
+        if not self.plain_scales:
+            raise ValueError(f"fused weights ({self.fmt}): k_over {self.k_over} without plain scales: the weights "
+                             f"read past K may be NaN (an E8M0 byte 255)")
+        for name, per in (("data", 2), ("scales", self.block_size())):
+            t = getattr(self, name)
+            if self.k_read % per or t.dim() != 3:
+                raise ValueError(f"fused weights ({self.fmt}): {name} {list(t.shape)} cannot be read to K "
+                                 f"{self.k_read} (blocks of {per})")
+            shape = tuple(t.shape[:2]) + (self.k_read // per,)
+            end = t.storage_offset() + 1 + sum((d - 1) * s for d, s in zip(shape, t.stride()))
+            held = t.untyped_storage().nbytes() // t.element_size()
+            if end > held:
+                raise ValueError(f"fused weights ({self.fmt}): {name} read to K {self.k_read} (k_over "
+                                 f"{self.k_over}) reaches element {end} of a storage of {held}: no slack after it")
 
     def nbytes(self) -> int:
-        """Bytes the kernel format holds (codes, scale bytes, global scales, with the padding past K)."""
-        held = (self.stored(name) for name in self.TENSORS)
-        return sum(t.numel() * t.element_size() for t in held if t is not None)
+        """Bytes the kernel format holds (codes, scale bytes, global scales, the slack after them)."""
+        return sum((t.numel() + self.slack(name)) * t.element_size()
+                   for name in self.TENSORS if (t := getattr(self, name)) is not None)
+
+
+def _n_order(t: torch.Tensor) -> bool:
+    """Whether [E, N, L] `t` holds each column's N rows contiguous (scale order "n")."""
+    return t.shape[1] > 1 and t.shape[2] > 1 and t.stride(1) == 1
+
+
+def _slack(per: int, n: int, k_over: int, n_order: bool) -> int:
+    """Elements after a dense [E, N, K / per] tensor that reading every row
+    k_over further (k_over / per more columns) reaches: the last row's,
+    or in order "n" (each column's N contiguous) N for each column."""
+    return k_over // per * (n if n_order else 1)
+
+
+def _zeros(shape: tuple, like: torch.Tensor, n_order: bool, slack: int) -> torch.Tensor:
+    """Zeros [E, N, L] of `like`'s dtype and device, rows contiguous (or in
+    order "n"), in a storage of `slack` more zero elements after them."""
+    dense = (shape[0], shape[2], shape[1]) if n_order else shape
+    count = dense[0] * dense[1] * dense[2]
+    t = torch.zeros(count + slack, dtype=like.dtype, device=like.device)[:count].view(dense)
+    return t.transpose(1, 2) if n_order else t
+
+
+def _with_slack(t: torch.Tensor, slack: int) -> torch.Tensor:
+    """[E, N, L] `t` copied into `_zeros` of its order and `slack`."""
+    return _zeros(tuple(t.shape), t, _n_order(t), slack).copy_(t)
 
 
 def in_scale_order(scales: torch.Tensor, order: str) -> torch.Tensor:

@@ -182,7 +182,7 @@ LONG_K_MIN = 2048  # "large_long_k"'s K loops: the shortest K it was measured fa
 MAXNREG_MIN = 24  # the smallest register cap a row may set (LaunchRow.maxnreg)
 DEQUANT_BLOCK_M = 16  # the dequant pass's BLOCK_M constexpr (it has no rows of x)
 # The fields an override may set.
-OVERRIDABLE = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "K_PADDED", "SPLIT_K")
+OVERRIDABLE = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "K_OVERREAD", "SPLIT_K")
 
 # The activations a GEMM1 launch can apply in its epilogue (the kernel's ACT; fused_gemm_src._act), by the names
 # of harness.moe.activations, and their constexprs
@@ -214,7 +214,7 @@ PREDEQUANT_MIN_ROWS_PER_EXPERT = 512
 _NO_ELEMENT = element_constants(hf.E4M3)
 _ELEMENT_KEYS = ("MBITS", "WIDTH", "BIAS", "SIGN_BIT", "SPECIALS", "NAN_CODE", "INF_CODE", "MIN_NORMAL")
 # LaunchConfig fields that are kernel constexprs or compile options, in launch order.
-_LAUNCH_KEYS = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "K_PADDED", "PLAIN_SCALES")
+_LAUNCH_KEYS = tuple(f.name for f in fields(LaunchRow)) + ("EVEN_NK", "K_TAIL", "K_OVERREAD", "PLAIN_SCALES")
 
 
 @dataclass(frozen=True)
@@ -254,9 +254,9 @@ class LaunchConfig:
     MMA_ORDER: bool  # e2m1 words in fp4_words' "mma" order (the weights' word_order)
     EVEN_NK: bool
     K_TAIL: bool  # N without a tail, K with one: masks on the last BLOCK_K only (else all masked, or EVEN_NK none)
-    # N without a tail, K with one, the weights stored to a multiple of BLOCK_K (k_stored): x's loads masked on K
+    # N without a tail, K with one, the weights readable to a multiple of BLOCK_K (k_read): x's loads masked on K
     # only; None: not passed
-    K_PADDED: Optional[bool]
+    K_OVERREAD: Optional[bool]
     # E8M0 multipliers without the cases of bytes 0 and 255 (FusedWeights.plain_scales); None: not passed
     PLAIN_SCALES: Optional[bool]
     # the folded NVFP4 multipliers from the hardware's E4M3 conversion (e4m3_convert); only with S_FOLD_EXP
@@ -469,14 +469,15 @@ def table_row(vendor: str, ops: str, names: tuple) -> tuple:
     raise ValueError(f"no launch table of {vendor} ({ops} operands) has a row {' or '.join(names)}")
 
 
-def stored_k(word_order: str, k: int) -> int:
-    """The K of a weight tensor's kernel format (FusedWeights.k_pad): e2m1
-    words in the "mma" order (MX on CUDA, word_order) with a long K loop (K
-    >= LONG_K_MIN) that is not a multiple of "large_long_k"'s BLOCK_K are
-    stored with zero codes up to the next multiple, so that row takes them
-    (K_PADDED, where the transposed product masks every BLOCK_K of a K with
-    a tail: masks_every_block_k); else K. gpt-oss-120b's K of 2880 is stored
-    as 2944 (2.2% more bytes)."""
+def read_k(word_order: str, k: int) -> int:
+    """The K a GEMM may read each row of a weight tensor's kernel format to
+    (FusedWeights.k_over): e2m1 words in the "mma" order (MX on CUDA,
+    word_order) with a long K loop (K >= LONG_K_MIN) that is not a multiple
+    of "large_long_k"'s BLOCK_K are read to the next multiple, so that row
+    takes them (K_OVERREAD, where the transposed product masks every BLOCK_K
+    of a K with a tail: masks_every_block_k); else K. Past a row's K the
+    next row's codes lie, past the last row a few slack bytes: gpt-oss-120b's
+    rows of K 2880 are read to 2944 from the checkpoint's bytes."""
     step = GPU_CONFIGS["large_long_k"].BLOCK_K
     if word_order == "mma" and k >= LONG_K_MIN and k % step:
         return triton_cdiv(k, step) * step
@@ -535,7 +536,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                   bias: bool = False, row_scale: bool = False, override: Optional[Mapping] = None,
                   word_order: str = "k", plain_scales: bool = False,
                   cuda_cc: Optional[tuple] = None, scale_order: str = "k", act: int = 0,
-                  k_stored: Optional[int] = None) -> LaunchConfig:
+                  k_read: Optional[int] = None) -> LaunchConfig:
     """The launch configuration of one launch (LAUNCHES) on `vendor` (VENDORS).
 
     kind: the weights it reads (0 float, 1 element codes of `fmt`); bf16: tl.dot
@@ -562,9 +563,9 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     the caller wants applied after the bias and row scale, on weights of 2N
     rows, gate then up (n: those 2N); the epilogue applies it (ACT) where it
     holds all the operations before it and act_in_epilogue allows, else the
-    split-sum pass after the GEMM does. k_stored: the K the weights are
-    stored to (FusedWeights.k_stored; None: k), past k zero codes: a
-    multiple of the row's BLOCK_K lets a GEMM launch take K_PADDED, and of
+    split-sum pass after the GEMM does. k_read: the K each weight row may
+    be read to (FusedWeights.k_read; None: k), finite weights past k: a
+    multiple of the row's BLOCK_K lets a GEMM launch take K_OVERREAD, and of
     "large_long_k"'s lets a long K loop take that row."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
@@ -587,11 +588,11 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
         fp4_words.check_order(word_order, k, "select_launch")
     mma_order = kind == 1 and hf.get_format(fmt).is_fp4 and word_order == "mma"
     swap_n = bf16 and mma_order and scale_order == "n"  # where "large_n"'s transposed product acts
-    k_stored = k if k_stored is None else k_stored
-    if not isinstance(k_stored, int) or k_stored < k:
-        raise ValueError(f"select_launch: weights stored to K {k_stored!r}, fewer than the GEMM's K {k}")
-    long_k = bf16 and mma_order and k >= LONG_K_MIN and k_stored % GPU_CONFIGS["large_long_k"].BLOCK_K == 0
-    wide_k = bf16 and mma_order and k > 0 and k_stored % GPU_CONFIGS["medium"].BLOCK_K == 0
+    k_read = k if k_read is None else k_read
+    if not isinstance(k_read, int) or k_read < k:
+        raise ValueError(f"select_launch: weights readable to K {k_read!r}, fewer than the GEMM's K {k}")
+    long_k = bf16 and mma_order and k >= LONG_K_MIN and k_read % GPU_CONFIGS["large_long_k"].BLOCK_K == 0
+    wide_k = bf16 and mma_order and k > 0 and k_read % GPU_CONFIGS["medium"].BLOCK_K == 0
     table, name, row = table_row(vendor, operands(kind, bf16, w_bytes),
                                  row_names(launch, kind, bm, k, swap_n, long_k, wide_k))
     cfg = asdict(row)
@@ -636,16 +637,16 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     if tail and swapped_large:
         raise ValueError(f"launch config K_TAIL with SWAP_MN at BLOCK_M {bm} (>= {LARGE_BLOCK_M}): the transposed "
                          f"product there masks every BLOCK_K")
-    padded = override.get("K_PADDED")
-    if padded is None:  # the weights' zero codes past K cover its last BLOCK_K: one loop, x's loads masked
-        padded = ("EVEN_NK" not in override and "K_TAIL" not in override and not dequant and not even_nk
-                  and n % cfg["BLOCK_N"] == 0 and k_stored > k and k_stored % cfg["BLOCK_K"] == 0)
-    elif padded and (dequant or even_nk or tail or k_stored % cfg["BLOCK_K"]):
-        raise ValueError(f"launch config K_PADDED needs a GEMM launch with a K tail (not EVEN_NK or K_TAIL) on "
-                         f"weights stored to a multiple of BLOCK_K {cfg['BLOCK_K']}; got {launch}, K {k} stored to "
-                         f"{k_stored}")
+    over = override.get("K_OVERREAD")
+    if over is None:  # the weights readable past K cover its last BLOCK_K: one loop, x's loads masked
+        over = ("EVEN_NK" not in override and "K_TAIL" not in override and not dequant and not even_nk
+                  and n % cfg["BLOCK_N"] == 0 and k_read > k and k_read % cfg["BLOCK_K"] == 0)
+    elif over and (dequant or even_nk or tail or k_read % cfg["BLOCK_K"]):
+        raise ValueError(f"launch config K_OVERREAD needs a GEMM launch with a K tail (not EVEN_NK or K_TAIL) on "
+                         f"weights readable to a multiple of BLOCK_K {cfg['BLOCK_K']}; got {launch}, K {k} readable to "
+                         f"{k_read}")
     if tail is None:  # an override's EVEN_NK=False asks for masks on every BLOCK_K
-        tail = ("EVEN_NK" not in override and not dequant and not swapped_large and not padded
+        tail = ("EVEN_NK" not in override and not dequant and not swapped_large and not over
                 and k_tail(n, k, cfg["BLOCK_N"], cfg["BLOCK_K"]))
     if tail and even_nk:
         raise ValueError("launch config K_TAIL and EVEN_NK exclude each other")
@@ -678,7 +679,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                                     and act_in_epilogue(cfg["SWAP_MN"])) else 0,
                         RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
                         DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, MMA_ORDER=mma_order, EVEN_NK=even_nk,
-                        K_TAIL=bool(tail), K_PADDED=True if padded else None,
+                        K_TAIL=bool(tail), K_OVERREAD=True if over else None,
                         PLAIN_SCALES=True if plain else None, S_CVT=s_cvt, SPLIT_K=splits,
                         SPLIT_BLOCKS=split_blocks)
 

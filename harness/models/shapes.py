@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.kernels import fp4_words
-from harness.kernels.launch_config import scale_order, stored_k
+from harness.kernels.launch_config import scale_order, read_k
 
 GiB = 1 << 30
 
@@ -108,17 +108,17 @@ class Shape:
         return n + n // block + (2 * 4 * self.experts if block == 16 else 0)
 
     def expert_tensors(self, fp4: bool = True, mma: bool = False) -> list:
-        """(count, N, K, stored K) of each weight tensor of one MoE layer: w13
+        """(count, N, K, read K) of each weight tensor of one MoE layer: w13
         [2I, H] and w2 [H, I] of the routed experts and of the shared expert;
-        the stored K as the kernel format holds it (launch_config.stored_k)
-        for e2m1 words in the "mma" order where `mma` (MX on CUDA:
-        launch_config.word_order) and K allows it."""
+        the K a GEMM reads each row to (launch_config.read_k) for e2m1 words
+        in the "mma" order where `mma` (MX on CUDA: launch_config.word_order)
+        and K allows it."""
         out = []
         for count, inter in ((self.experts, self.moe_intermediate), (1, self.shared_intermediate)):
             for n, k in ((2 * inter, self.hidden), (self.hidden, inter)):
                 if count and inter:
                     order = "mma" if fp4 and mma and k % fp4_words.GROUP == 0 else "k"
-                    out.append((count, n, k, stored_k(order, k)))
+                    out.append((count, n, k, read_k(order, k)))
         return out
 
     def reordered_scale_bytes_per_layer(self, block: int, *, fp4: bool = True, mma: bool = False,
@@ -126,23 +126,30 @@ class Shape:
         """The block scale bytes of one MoE layer of which the fused kernel
         format holds its own copy beside the quant config's: where it stores
         them in its own order (launch_config.scale_order "n": long K loops
-        whose rows of K / block bytes are not a multiple of 16) or past K
-        (expert_tensors' stored K). `stored`: the copy's bytes (to the stored
-        K), else the config's it stands for."""
+        whose rows of K / block bytes are not a multiple of 16) or with slack
+        after them for rows read past K (expert_tensors' read K). `stored`:
+        the copy's bytes (with the slack: the last row's blocks past K, in
+        order "n" N bytes for each), else the config's it stands for."""
         total = 0
-        for count, n, k, kp in self.expert_tensors(fp4, mma):
-            if scale_order(n, k, block) == "n" or kp != k:
-                total += count * n * (kp if stored else k) // block
+        for count, n, k, kr in self.expert_tensors(fp4, mma):
+            n_order = scale_order(n, k, block) == "n"
+            if n_order or kr != k:
+                total += count * n * k // block
+                if stored:
+                    total += (kr - k) // block * (n if n_order else 1)
         return total
 
     def kernel_expert_bytes_per_layer(self, block: int, *, fp4: bool = True, mma: bool = False) -> int:
         """What the fused backend holds per layer on top of the quant config's
         tensors (kernels/fused_weights.FusedWeights): fp4 codes eight to a
-        32-bit word, half a byte each, to the stored K (expert_tensors), and
-        its own copy of scale bytes (reordered_scale_bytes_per_layer). The
-        kernel format shares the rest with the config: the code tensor of
-        wider formats, the other block scale bytes and the global scales."""
-        codes = sum(count * n * kp // 2 for count, n, _, kp in self.expert_tensors(fp4, mma)) if fp4 else 0
+        32-bit word, half a byte each, with the slack after each tensor
+        whose rows are read past K (the last row's codes past K:
+        expert_tensors), and its own copy of scale bytes
+        (reordered_scale_bytes_per_layer). The kernel format shares the rest
+        with the config: the code tensor of wider formats, the other block
+        scale bytes and the global scales."""
+        codes = sum(count * n * k // 2 + (kr - k) // 2 for count, n, k, kr in self.expert_tensors(fp4, mma)) \
+            if fp4 else 0
         return codes + self.reordered_scale_bytes_per_layer(block, fp4=fp4, mma=mma, stored=True)
 
     def released_expert_bytes_per_layer(self, block: int, *, fp4: bool = True, mma: bool = False) -> int:

@@ -71,7 +71,7 @@ def test_paper_weights_add_up_over_devices(name, scheme, backend):
     s = SHAPES[name]
     spec = get_scheme(scheme).weight_spec
     block = spec.block_size
-    # on a CUDA device MX e2m1 words take the "mma" order, stored past a ragged long K (gpt-oss: stored_k)
+    # on a CUDA device MX e2m1 words take the "mma" order, stored past a ragged long K (gpt-oss: read_k)
     mma = memory_model.mma_words(spec.name)
     fused = dict(fused=backend == "fused", mma=mma)
     dm = synthetic_loader.device_map_for(s.hf_config(), ["cuda:0", "cuda:1"])

@@ -70,7 +70,7 @@ SCALE_ORDERS = ("k", "n")
 # bytes, whose scale tiles load as vectors and are pipelined like the words (Mixtral's and Qwen3's layout)
 GPU_SCALE_LAYOUTS = [("k", 1), ("n", 1), ("k", 8)]
 # the GEMM's too: K 2048 for MXFP4 at reps 32, where the table's launch is "large_long_k"; K 2112 at reps 33 in
-# order "n" (gpt-oss' layout), stored as 2176 past it on CUDA (launch_config.stored_k): "large_long_k", K_PADDED
+# order "n" (gpt-oss' layout), read to 2176 on CUDA (launch_config.read_k): "large_long_k", K_OVERREAD
 GPU_GEMM_LAYOUTS = GPU_SCALE_LAYOUTS + [("k", 32), ("n", 33)]
 
 
@@ -343,7 +343,7 @@ def _bf16_gemm_outputs(x, ids, fw, a_gs, monkeypatch) -> dict:
     outs = {flag: run(TRUNC if flag == "trunc" else dict(BF16_DECODE=flag)) for flag in (True, False, "trunc")}
     # the launch the tables pick for these rows (K of them an expert: BLOCK_M 64 and up, "large" or "large_n")
     outs["table"] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused").cpu()
-    # and at BLOCK_M 32 ("medium" on "mma" words whose K is stored to a multiple of 128, else the decode rows)
+    # and at BLOCK_M 32 ("medium" on "mma" words whose K is read to a multiple of 128, else the decode rows)
     outs["table_bm32"] = fused_gemm.moe_gemm(x, ids, fw, precision="bf16", a_gscale=a_gs, mode="fused",
                                              block_m=32).cpu()
     if lc.select_launch("gemm", lc.vendor_of(x.device), kind=1, fmt=fw.fmt, bf16=True, has_post=True, block_m=16,
@@ -506,7 +506,7 @@ def test_n_order_scale_bytes_take_their_own_large_row():
 
 def test_long_k_loops_take_their_own_large_row():
     """At BLOCK_M 64 and up, the transposed product (bf16, "mma" words) over a
-    K loop of at least LONG_K_MIN, stored to a multiple of its BLOCK_K, in
+    K loop of at least LONG_K_MIN, read to a multiple of its BLOCK_K, in
     either scale order, takes "large_long_k"; a shorter or ragged K (order
     "n": "large_n"), BLOCK_M below 64, float32 operands, NVFP4's "k" words
     and ROCm do not, and ROCm's tables hold no such row."""
@@ -520,9 +520,9 @@ def test_long_k_loops_take_their_own_large_row():
     assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN - row.BLOCK_K, **kw).row == "large"
     assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN + 64, **kw).row == "large"  # not a multiple of 128
     assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN + 64, scale_order="n", **kw).row == "large_n"
-    for order in ("k", "n"):  # stored to a multiple of 128: the long-K row, x masked on K
-        c = lc.select_launch("gemm", "cuda", k=2880, k_stored=2944, scale_order=order, **kw)
-        assert (c.row, c.EVEN_NK, c.K_TAIL, c.K_PADDED) == ("large_long_k", False, False, True), c
+    for order in ("k", "n"):  # read to a multiple of 128: the long-K row, x masked on K
+        c = lc.select_launch("gemm", "cuda", k=2880, k_read=2944, scale_order=order, **kw)
+        assert (c.row, c.EVEN_NK, c.K_TAIL, c.K_OVERREAD) == ("large_long_k", False, False, True), c
         assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, scale_order=order, **kw).row == "large_long_k"
     assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, **dict(kw, block_m=16)).row == "small"
     for c in (lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, **dict(kw, bf16=False)),
@@ -534,18 +534,18 @@ def test_long_k_loops_take_their_own_large_row():
 
 def test_block_m_32_takes_medium_on_mma_words():
     """At BLOCK_M 32 the transposed product (bf16, "mma" words) over a K
-    stored to a multiple of "medium"'s BLOCK_K takes "medium", short K loops
-    included, gpt-oss' K 2880 stored to 2944 with K_PADDED; a ragged K as
-    stored, BLOCK_M 16, float32 operands, NVFP4's "k" words and ROCm keep
+    read to a multiple of "medium"'s BLOCK_K takes "medium", short K loops
+    included, gpt-oss' K 2880 read to 2944 with K_OVERREAD; a ragged K read
+    to itself, BLOCK_M 16, float32 operands, NVFP4's "k" words and ROCm keep
     the decode rows, and ROCm's tables hold no such row."""
     kw = dict(kind=1, fmt="mxfp4", block_m=32, n=1536, bf16=True, word_order="mma")
     row = lc.GPU_CONFIGS["medium"]
-    for k, stored in ((768, 768), (2048, 2048), (14336, 14336), (2880, 2944)):
-        c = lc.select_launch("gemm", "cuda", k=k, k_stored=stored, **kw)
+    for k, read in ((768, 768), (2048, 2048), (14336, 14336), (2880, 2944)):
+        c = lc.select_launch("gemm", "cuda", k=k, k_read=read, **kw)
         assert (c.row, c.SWAP_MN, c.BLOCK_N, c.BLOCK_K, c.num_warps, c.num_stages, c.K_TAIL) == (
             "medium", True, row.BLOCK_N, row.BLOCK_K, row.num_warps, row.num_stages, False), (k, c)
-        assert c.K_PADDED is (True if stored > k else None)
-    assert lc.select_launch("gemm", "cuda", k=2880, **kw).row == "small"  # not stored past K: K_TAIL
+        assert c.K_OVERREAD is (True if read > k else None)
+    assert lc.select_launch("gemm", "cuda", k=2880, **kw).row == "small"  # not read past K: K_TAIL
     assert lc.select_launch("gemm", "cuda", k=1056, **kw).row == "small"
     assert lc.select_launch("gemm", "cuda", k=768, **dict(kw, block_m=16)).row == "small_short_k"
     for c in (lc.select_launch("gemm", "cuda", k=2048, **dict(kw, bf16=False)),
@@ -555,108 +555,142 @@ def test_block_m_32_takes_medium_on_mma_words():
     assert "medium" not in lc.ROCM_BF16_CODE_CONFIGS
 
 
-def test_stored_k_pads_ragged_long_k_loops_of_mma_words():
-    """launch_config.stored_k: e2m1 words in the "mma" order with K >=
-    LONG_K_MIN are stored to the next multiple of "large_long_k"'s BLOCK_K
+def test_read_k_covers_ragged_long_k_loops_of_mma_words():
+    """launch_config.read_k: e2m1 words in the "mma" order with K >=
+    LONG_K_MIN are read to the next multiple of "large_long_k"'s BLOCK_K
     (gpt-oss-120b: 2880 -> 2944); "k" words, short K and K already a
     multiple keep K."""
     step = lc.GPU_CONFIGS["large_long_k"].BLOCK_K
-    assert lc.stored_k("mma", 2880) == 2944 == 23 * step
-    assert lc.stored_k("mma", lc.LONG_K_MIN + 32) == lc.LONG_K_MIN + step
+    assert lc.read_k("mma", 2880) == 2944 == 23 * step
+    assert lc.read_k("mma", lc.LONG_K_MIN + 32) == lc.LONG_K_MIN + step
     for order, k in (("mma", lc.LONG_K_MIN), ("mma", lc.LONG_K_MIN - 32), ("mma", 14336), ("k", 2880), ("mma", 0)):
-        assert lc.stored_k(order, k) == k, (order, k)
+        assert lc.read_k(order, k) == k, (order, k)
 
 
-def test_k_padded_launches_mask_x_only():
-    """select_launch takes K_PADDED where the weights are stored past a K
-    with a tail to a multiple of the row's BLOCK_K and N has no tail: one
+def test_k_overread_launches_mask_x_only():
+    """select_launch takes K_OVERREAD where the weights are readable past a
+    K with a tail to a multiple of the row's BLOCK_K and N has no tail: one
     loop, x's loads masked on K (the "small" row's 256 too, where K 2208 is
-    stored as 2304), never on the dequant pass, nor where N has a tail, an
-    override asks for masks or K_TAIL, or BLOCK_K does not divide the stored
-    K (K_TAIL then); an override asking for it there, or storage shorter
+    read to 2304), never on the dequant pass, nor where N has a tail, an
+    override asks for masks or K_TAIL, or BLOCK_K does not divide the read
+    K (K_TAIL then); an override asking for it there, or a read K shorter
     than K, is refused."""
     kw = dict(kind=1, fmt="mxfp4", n=5760, bf16=True, word_order="mma")
 
     def flags(**more):
         c = lc.select_launch("gemm", "cuda", **dict(kw, **more))
-        return c.BLOCK_K, c.EVEN_NK, c.K_TAIL, c.K_PADDED
+        return c.BLOCK_K, c.EVEN_NK, c.K_TAIL, c.K_OVERREAD
     small = lc.GPU_CONFIGS["small"].BLOCK_K
-    assert flags(block_m=16, k=2208, k_stored=2304) == (small, False, False, True)
-    assert flags(block_m=16, k=2880, k_stored=2944) == (small, False, True, None)  # 2944 = 11.5 x 256
-    assert flags(block_m=16, k=2880, k_stored=2944, override={"BLOCK_K": 128}) == (128, False, False, True)
-    assert flags(block_m=16, k=2880, k_stored=2944, n=5760 + 8)[1:] == (False, False, None)
-    assert flags(block_m=16, k=2208, k_stored=2304, override={"EVEN_NK": False})[1:] == (False, False, None)
-    assert flags(block_m=16, k=2208, k_stored=2304, override={"K_TAIL": True})[1:] == (False, True, None)
-    assert flags(block_m=128, k=2880, k_stored=2944, bf16=False) == (64, True, False, None)  # 2880 = 45 x 64
-    d = lc.select_launch("dequant", "cuda", **dict(kw, k=2880, k_stored=2944))
-    assert d.K_PADDED is None and "K_PADDED" not in d.meta()
-    assert lc.select_launch("gemm", "cuda", block_m=128, **dict(kw, k=2880, k_stored=2944)).meta()["K_PADDED"]
-    with pytest.raises(ValueError, match="K_PADDED needs a GEMM launch with a K tail"):
-        lc.select_launch("gemm", "cuda", block_m=16, override={"K_PADDED": True}, **dict(kw, k=2880, k_stored=2944))
-    with pytest.raises(ValueError, match="K_PADDED needs a GEMM launch with a K tail"):
-        lc.select_launch("gemm", "cuda", block_m=16, override={"K_PADDED": True}, **dict(kw, k=4096))
-    with pytest.raises(ValueError, match="stored to K 2048, fewer than the GEMM's K 2880"):
-        lc.select_launch("gemm", "cuda", block_m=16, **dict(kw, k=2880, k_stored=2048))
+    assert flags(block_m=16, k=2208, k_read=2304) == (small, False, False, True)
+    assert flags(block_m=16, k=2880, k_read=2944) == (small, False, True, None)  # 2944 = 11.5 x 256
+    assert flags(block_m=16, k=2880, k_read=2944, override={"BLOCK_K": 128}) == (128, False, False, True)
+    assert flags(block_m=16, k=2880, k_read=2944, n=5760 + 8)[1:] == (False, False, None)
+    assert flags(block_m=16, k=2208, k_read=2304, override={"EVEN_NK": False})[1:] == (False, False, None)
+    assert flags(block_m=16, k=2208, k_read=2304, override={"K_TAIL": True})[1:] == (False, True, None)
+    assert flags(block_m=128, k=2880, k_read=2944, bf16=False) == (64, True, False, None)  # 2880 = 45 x 64
+    d = lc.select_launch("dequant", "cuda", **dict(kw, k=2880, k_read=2944))
+    assert d.K_OVERREAD is None and "K_OVERREAD" not in d.meta()
+    assert lc.select_launch("gemm", "cuda", block_m=128, **dict(kw, k=2880, k_read=2944)).meta()["K_OVERREAD"]
+    with pytest.raises(ValueError, match="K_OVERREAD needs a GEMM launch with a K tail"):
+        lc.select_launch("gemm", "cuda", block_m=16, override={"K_OVERREAD": True}, **dict(kw, k=2880, k_read=2944))
+    with pytest.raises(ValueError, match="K_OVERREAD needs a GEMM launch with a K tail"):
+        lc.select_launch("gemm", "cuda", block_m=16, override={"K_OVERREAD": True}, **dict(kw, k=4096))
+    with pytest.raises(ValueError, match="readable to K 2048, fewer than the GEMM's K 2880"):
+        lc.select_launch("gemm", "cuda", block_m=16, **dict(kw, k=2880, k_read=2048))
 
 
-def _padded_weights(seed: int, E=2, N=32, K=2080):
+def _overread_weights(seed: int, E=2, N=32, K=2080):
     """Random MXFP4 weights [E, N, K] (K >= LONG_K_MIN, not a multiple of 128) as FusedWeights in the "mma"
-    word order, stored to stored_k's K, beside the same in "k" words (not padded)."""
+    word order, read to read_k's K, beside the same in "k" words (read to K)."""
     g = torch.Generator().manual_seed(seed)
     q = hf.quantize(torch.randn(E, N, K, generator=g) * K ** -0.5, "mxfp4")
     return q, FusedWeights.from_quantized(q, None, word_order="mma"), FusedWeights.from_quantized(q, None)
 
 
-def test_padded_weights_hold_zero_codes_past_k():
-    """FusedWeights of "mma" words past a ragged long K: the views are [E, N,
-    K / 2] and [E, N, K / 32] as ever, over rows stored to stored_k's K with
-    zero codes and zero scale bytes after K (k_pad, stored(), nbytes); their
-    values are the unpadded weights'; built a few experts at a time
-    (from_quantized_by_experts) they hold the same bytes; copied, the
-    padding is not claimed."""
-    q, fw, plain = _padded_weights(1)
+def _held(t: torch.Tensor) -> int:
+    """Elements of t's storage."""
+    return t.untyped_storage().nbytes() // t.element_size()
+
+
+def test_overread_weights_hold_the_checkpoints_bytes_and_slack():
+    """FusedWeights of "mma" words past a ragged long K under plain scales:
+    the views are [E, N, K / 2] and [E, N, K / 32] as ever, dense (each
+    row's K followed by the next row's), and each storage holds zero slack
+    after them, as far as a read of the last row to read_k's K reaches
+    (k_over, slack, nbytes): the checkpoint's bytes and 48 + 3 x 32 more.
+    Built a few experts at a time (from_quantized_by_experts) they hold the
+    same bytes and slack; copied, or with a scale byte that is not plain,
+    the read past K is not claimed; a claim the storage or the scales do
+    not bear is refused before a launch (check_over_read)."""
+    q, fw, ref = _overread_weights(1)
     E, N, K = q.codes.shape
-    assert (fw.k_pad, fw.k_stored, plain.k_pad) == (lc.stored_k("mma", K) - K, lc.stored_k("mma", K), 0)
-    assert fw.k_pad == 96 and fw.data.shape == (E, N, K // 2) and fw.scales.shape == (E, N, K // 32)
-    data, scales = fw.stored("data"), fw.stored("scales")
-    assert data.shape == (E, N, fw.k_stored // 2) and scales.shape == (E, N, fw.k_stored // 32)
-    assert data.data_ptr() == fw.data.data_ptr() and scales.data_ptr() == fw.scales.data_ptr()
-    assert not bool(data[..., K // 2:].any()) and not bool(scales[..., K // 32:].any())
-    assert fw.nbytes() == E * N * (fw.k_stored // 2 + fw.k_stored // 32) == plain.nbytes() + E * N * (48 + 3)
-    assert fw.plain_scales == plain.plain_scales
-    assert_bitwise_equal(fused_gemm.fused_dequantize(fw), fused_gemm.fused_dequantize(plain), "padded vs plain")
+    assert (fw.k_over, fw.k_read, ref.k_over) == (lc.read_k("mma", K) - K, lc.read_k("mma", K), 0)
+    assert fw.k_over == 96 and fw.data.shape == (E, N, K // 2) and fw.scales.shape == (E, N, K // 32)
+    assert fw.plain_scales and fw.scale_order == "n"  # rows of 65 bytes: each block's N bytes contiguous
+    assert fw.data.is_contiguous() and fw.data.storage_offset() == 0 == fw.scales.storage_offset()
+    assert (fw.slack("data"), fw.slack("scales")) == (48, 3 * N)
+    assert _held(fw.data) == fw.data.numel() + 48 and _held(fw.scales) == fw.scales.numel() + 3 * N
+    flat = torch.empty(0, dtype=torch.uint8).set_(fw.data.untyped_storage())
+    assert not bool(flat[fw.data.numel():].any())
+    flat = torch.empty(0, dtype=torch.uint8).set_(fw.scales.untyped_storage())
+    assert not bool(flat[fw.scales.numel():].any())
+    assert fw.nbytes() == E * N * (K // 2 + K // 32) + 48 + 3 * N == ref.nbytes() + 48 + 3 * N
+    assert_bitwise_equal(fused_gemm.fused_dequantize(fw), fused_gemm.fused_dequantize(ref), "mma vs k words")
+    fw.check_over_read()
     by = FusedWeights.from_quantized_by_experts(q, None, torch.device("cpu"), chunk_bytes=N * K, word_order="mma")
-    assert by.k_pad == fw.k_pad and by.data.stride() == fw.data.stride()
+    assert (by.k_over, by.plain_scales) == (fw.k_over, True)
     for name in ("data", "scales"):
-        assert torch.equal(by.stored(name), fw.stored(name)), name
+        a, b = getattr(by, name), getattr(fw, name)
+        assert a.stride() == b.stride() and torch.equal(a, b) and _held(a) == _held(b), name
+    by.check_over_read()
     import dataclasses
-    assert dataclasses.replace(fw).k_pad == 0
+    assert dataclasses.replace(fw).k_over == 0
+    odd = hf.QuantizedTensor(q.codes, q.scales.clone(), None, "mxfp4")
+    odd.scales[-1, -1, -1] = 255  # a NaN multiplier in the last block: not plain, so never read past
+    for w in (FusedWeights.from_quantized(odd, None, word_order="mma"),
+              FusedWeights.from_quantized_by_experts(odd, None, torch.device("cpu"), chunk_bytes=N * K,
+                                                     word_order="mma")):
+        assert (w.plain_scales, w.k_over, w.nbytes()) == (False, 0, fw.nbytes() - 48 - 3 * N)
+        assert _held(w.data) == w.data.numel() + 48  # the slack is held all the same
+        w.k_over = 96
+        with pytest.raises(ValueError, match=r"k_over 96 without plain scales: the weights read past K may be NaN"):
+            w.check_over_read()
+    bare = FusedWeights(1, fw.data.clone(), fw.scales.clone(), None, "mxfp4", E, N, K, "mma")
+    bare.plain_scales, bare.k_over = True, 96
+    with pytest.raises(ValueError, match=rf"data read to K 2176 \(k_over 96\) reaches element {E * N * K // 2 + 48} "
+                                         rf"of a storage of {E * N * K // 2}: no slack after it"):
+        bare.check_over_read()
+    with pytest.raises(ValueError, match="no slack after it"):
+        fused_gemm.moe_gemm(torch.zeros(1, K), torch.zeros(1, dtype=torch.int64), bare, mode="fused")
 
 
-def test_k_padded_gemm_is_the_masked_gemm():
-    """On the interpreter, a GEMM launch on padded weights with K_PADDED (the
-    weights' loads unmasked, reading the zero codes past K; x's masked) gives
-    the every-BLOCK_K-masked launch's outputs bit for bit, and the unpadded
-    weights' too. x's rows hold Inf and NaN in their first column: a
-    launch reading x past K (the next row) would put 0 x Inf = NaN into the
-    row before."""
-    q, fw, plain = _padded_weights(2)
+def test_k_overread_gemm_is_the_masked_gemm():
+    """On the interpreter, a GEMM launch with K_OVERREAD (the weights' loads
+    unmasked, reading past each row's K the next row's codes and scale
+    bytes, past the last expert's last row the slack; x's masked) gives
+    the every-BLOCK_K-masked launch's outputs bit for bit, and those of the
+    same weights in "k" words. Every expert has rows, the last one too,
+    and the weights past each row's K are not zeros. x's rows hold Inf and
+    NaN in their first column: a launch reading x past K (the next row)
+    would put 0 x Inf = NaN into the row before."""
+    q, fw, ref = _overread_weights(2)
     E, N, K = q.codes.shape
+    assert bool(fw.data[:, 1:, :48].any())  # what rows 0 .. N - 2 read past K: their next row's first codes
     g = torch.Generator().manual_seed(3)
     P = 7
-    ids = torch.randint(0, E, (P,), generator=g)
+    ids = torch.tensor([1, 0, 1, 1, 0, 1, 0])
     x = torch.randn(P, K, generator=g).to(torch.bfloat16).float()
     x[1:, 0] = torch.tensor([float("inf"), float("nan"), float("-inf"), 1.0, float("inf"), 2.0])
-    tile = dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=1)  # 2080 = 32.5 x 64; stored 2176 = 34 x 64
-    cfg = lc.select_launch("gemm", "interpreter", kind=1, fmt="mxfp4", block_m=16, n=N, k=K, k_stored=fw.k_stored,
+    tile = dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=1)  # 2080 = 32.5 x 64; read to 2176 = 34 x 64
+    cfg = lc.select_launch("gemm", "interpreter", kind=1, fmt="mxfp4", block_m=16, n=N, k=K, k_read=fw.k_read,
                            word_order="mma", override=tile)
-    assert (cfg.K_PADDED, cfg.K_TAIL, cfg.EVEN_NK) == (True, False, False)
-    padded = fused_gemm.moe_gemm(x, ids, fw, mode="fused", config=tile)
+    assert (cfg.K_OVERREAD, cfg.K_TAIL, cfg.EVEN_NK) == (True, False, False)
+    over = fused_gemm.moe_gemm(x, ids, fw, mode="fused", config=tile)
     masked = fused_gemm.moe_gemm(x, ids, fw, mode="fused", config=dict(tile, EVEN_NK=False))
-    unpadded = fused_gemm.moe_gemm(x, ids, plain, mode="fused", config=dict(tile, EVEN_NK=False))
-    assert_bitwise_equal(padded, masked, "K_PADDED vs every BLOCK_K masked")
-    assert_bitwise_equal(padded, unpadded, "padded vs unpadded weights")
-    assert bool(torch.isfinite(padded[0]).all())
+    k_words = fused_gemm.moe_gemm(x, ids, ref, mode="fused", config=dict(tile, EVEN_NK=False))
+    assert_bitwise_equal(over, masked, "K_OVERREAD vs every BLOCK_K masked")
+    assert_bitwise_equal(over, k_words, "K_OVERREAD vs the same weights in k words")
+    assert bool(torch.isfinite(over[0]).all())
 
 
 def test_the_transposed_product_at_large_block_m_masks_every_block_k():
@@ -680,9 +714,9 @@ def test_large_block_m_sums_over_a_k_with_a_tail_gpu(order, gpu_device):
     """gpt-oss-120b's GEMM2 at prefill (128 experts, N = K = 2880: a tail of
     BLOCK_K 128; 4096 tokens, top-4: BLOCK_M 128), seeded random MXFP4
     weights in each scale order: the tables' launch (on CUDA the weights
-    are stored to K 2944: "large_long_k" with K_PADDED), and the one with
+    are read to K 2944: "large_long_k" with K_OVERREAD), and the one with
     BLOCK_N 64 and BLOCK_K 128 (whose transposed product summed wrong with
-    K_TAIL on an H200, by up to 6% of the largest output), K_PADDED and
+    K_TAIL on an H200, by up to 6% of the largest output), K_OVERREAD and
     every BLOCK_K masked, each within contract (2) of
     precision "ieee"'s sums, per element: both sum exact products of bf16
     numbers in float32, so |bf16 - ieee| <= 2 gamma_K (|x| @ |W[e]|^T)."""
@@ -751,26 +785,26 @@ def test_the_launcher_passes_the_weights_scale_order(monkeypatch):
         assert seen == [order], (order, seen)
 
 
-def test_the_launcher_passes_the_stored_k(monkeypatch):
-    """moe_gemm selects its launch with the K its weights are stored to
-    (FusedWeights.k_stored), through the custom op and with a launch
+def test_the_launcher_passes_the_read_k(monkeypatch):
+    """moe_gemm selects its launch with the K its weights may be read to
+    (FusedWeights.k_read), through the custom op and with a launch
     override alike; the GEMM on predequant's scratch, which holds K
     columns, with K."""
     seen = []
     real = fused_gemm.select_launch
 
     def spy(launch, *args, **kw):
-        seen.append((launch, kw.get("k"), kw.get("k_stored")))
+        seen.append((launch, kw.get("k"), kw.get("k_read")))
         return real(launch, *args, **kw)
 
     monkeypatch.setattr(fused_gemm, "select_launch", spy)
-    q, fw, _ = _padded_weights(4, E=1, N=16)
+    q, fw, _ = _overread_weights(4, E=1, N=16)
     K = fw.K
     x = torch.randn(3, K, generator=torch.Generator().manual_seed(5))
     ids = torch.zeros(3, dtype=torch.int64)
     fused_gemm.moe_gemm(x, ids, fw, mode="fused")
     fused_gemm.moe_gemm(x, ids, fw, mode="fused", config=dict(BLOCK_K=64))
-    assert seen == [("gemm", K, fw.k_stored)] * 2, seen
+    assert seen == [("gemm", K, fw.k_read)] * 2, seen
     seen.clear()
     fused_gemm.moe_gemm(x, ids, fw, mode="predequant")
     assert seen == [("dequant", K, None), ("scratch_gemm", K, K)], seen

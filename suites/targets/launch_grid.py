@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.formats import get_format
 from harness.kernels.launch_config import (VENDOR_TABLES, launch_tables, operands, resolve_mode, scale_order,
-                                           select_launch, stored_k, word_order)
+                                           select_launch, read_k, word_order)
 from harness.kernels.pair_layout import block_m_for
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "launches.json"
@@ -38,7 +38,7 @@ BLOCK_MS = (16, 32, 64, 128)
 # (N, K): N and K unknown (0, as the compile check asks), K on either side of
 # SHORT_K_MAX (1024), tails on either side of every table tile (BLOCK_N
 # 16..256, BLOCK_K 32..512), and a K whose tail steps BLOCK_K down (2880),
-# stored past it on "mma" words (stored_k: K_PADDED where N has no tail)
+# read past it on "mma" words under plain scales (read_k: K_OVERREAD where N has no tail)
 NK = ((0, 0), (0, 1024), (96, 32), (256, 768), (96, 1040), (256, 1056), (96, 14336), (96, 2880), (256, 2880))
 # the weights of a GEMM launch: element codes decoded in the K loop (":plain":
 # FusedWeights.plain_scales, which acts on MX rows only), float weights as
@@ -233,11 +233,11 @@ def gemm_value(vendor, weights, bf16, post, bm, n, k, override):
     else:
         launch, kind, fmt, w_bytes = "gemm", 1, weights.split(":")[1], 1
     try:
-        order = word_order(vendor, fmt, k)  # the weights' K as from_quantized stores them (stored_k)
+        order = word_order(vendor, fmt, k)  # the K from_quantized lets a GEMM read (read_k, plain scales only)
         cfg = select_launch(launch, vendor, kind=kind, fmt=fmt, bf16=bf16, has_post=post, block_m=bm, n=n, k=k,
                             w_bytes=w_bytes, override=override, word_order=order,
                             plain_scales=weights.endswith(":plain"), scale_order=_scale_order(fmt, n, k),
-                            k_stored=stored_k(order, k) if kind == 1 else k)
+                            k_read=read_k(order, k) if weights.endswith(":plain") else k)
     except ValueError as exc:
         return _error(exc)
     return {"meta": _launch_dict(cfg, override)}
@@ -260,8 +260,8 @@ def split_value(vendor, pairs, experts, n, k, sms, splits):
         cfg = select_launch("gemm", vendor, kind=1, fmt="mxfp4", bf16=True, block_m=bm, n=n, k=k, pairs=pairs,
                             experts=experts, sm_count=None if vendor == "interpreter" else sms,
                             bias=True, row_scale=True, override=None if splits is None else {"SPLIT_K": splits},
-                            word_order=word_order(vendor, "mxfp4", k),
-                            k_stored=stored_k(word_order(vendor, "mxfp4", k), k))
+                            word_order=word_order(vendor, "mxfp4", k), plain_scales=True,
+                            k_read=read_k(word_order(vendor, "mxfp4", k), k))
     except ValueError as exc:
         return _error(exc)
     # the epilogue (bias, router weights) in the kernel only without a split

@@ -338,30 +338,31 @@ def test_code_launches_compile_in_both_scale_orders():
             assert not swapped, sorted(swapped)[:6]
 
 
-def test_padded_weights_launches_are_registered():
-    """The launches on e2m1 words stored past a ragged long K
-    (launch_config.stored_k: "mma" words, so CUDA's MX launches only) are in
-    the work list as ".kpad": K_PADDED, neither EVEN_NK nor K_TAIL, in both
-    scale orders, both precisions and every BLOCK_M class, each the
-    selector's launch for such weights; ROCm stores no padding and has none."""
+def test_overread_weights_launches_are_registered():
+    """The launches on e2m1 words read past a ragged long K
+    (launch_config.read_k: "mma" words under plain scales, so CUDA's MX
+    launches only) are in the work list as ".kover": K_OVERREAD, neither
+    EVEN_NK nor K_TAIL, in both scale orders, both precisions and every
+    BLOCK_M class, each the selector's launch for such weights; weights
+    whose scales are not plain, and ROCm, read no row past K and have none."""
     from harness.kernels.pair_layout import BLOCK_MS
 
     items = targets.work_list(["_moe_gemm_kernel"], ["fused.*"], "cuda")
-    kpad = [i for i in items if ".kpad" in i["config"]]
-    assert kpad and all(i["constexprs"].get("K_PADDED") is True and not i["constexprs"]["EVEN_NK"]
-                        and not i["constexprs"]["K_TAIL"] for i in kpad)
-    assert {i["config"].split(".")[1] for i in kpad} == {"mxfp4"}
-    names = {i["config"] for i in kpad}
+    kover = [i for i in items if ".kover" in i["config"]]
+    assert kover and all(i["constexprs"].get("K_OVERREAD") is True and not i["constexprs"]["EVEN_NK"]
+                        and not i["constexprs"]["K_TAIL"] for i in kover)
+    assert {tuple(i["config"].split(".")[1:3]) for i in kover} == {("mxfp4", "plain")}
+    names = {i["config"] for i in kover}
     for prec in ("ieee", "bf16"):
         for bm in BLOCK_MS:
             for order in ("", ".n"):
-                assert f"fused.mxfp4{order}.{prec}.bm{bm}.kpad" in names, (prec, bm, order)
+                assert f"fused.mxfp4.plain{order}.{prec}.bm{bm}.kover" in names, (prec, bm, order)
     want = lc.select_launch("gemm", "cuda", kind=1, fmt="mxfp4", bf16=True, block_m=128, n=5760, k=2880,
-                            k_stored=2944, word_order="mma", scale_order="n", plain_scales=True)
-    got = {i["config"]: i for i in kpad}["fused.mxfp4.plain.n.bf16.bm128.kpad"]["constexprs"]
-    assert {k: got[k] for k in ("BLOCK_N", "BLOCK_K", "K_PADDED", "SWAP_MN", "PLAIN_SCALES")} == {
-        k: want.meta()[k] for k in ("BLOCK_N", "BLOCK_K", "K_PADDED", "SWAP_MN", "PLAIN_SCALES")}
-    assert not [i for i in targets.work_list(["_moe_gemm_kernel"], ["fused.*"], "hip") if ".kpad" in i["config"]]
+                            k_read=2944, word_order="mma", scale_order="n", plain_scales=True)
+    got = {i["config"]: i for i in kover}["fused.mxfp4.plain.n.bf16.bm128.kover"]["constexprs"]
+    assert {k: got[k] for k in ("BLOCK_N", "BLOCK_K", "K_OVERREAD", "SWAP_MN", "PLAIN_SCALES")} == {
+        k: want.meta()[k] for k in ("BLOCK_N", "BLOCK_K", "K_OVERREAD", "SWAP_MN", "PLAIN_SCALES")}
+    assert not [i for i in targets.work_list(["_moe_gemm_kernel"], ["fused.*"], "hip") if ".kover" in i["config"]]
 
 
 # ---------------------------------------------------------------- faults shown red
