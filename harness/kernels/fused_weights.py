@@ -57,6 +57,9 @@ class FusedWeights:
     # so their products with x's masked zeros are zeros. Set only with plain_scales; 0 for a FusedWeights built by
     # hand, or copied (dataclasses.replace). The launcher checks the claim against the storage (check_over_read)
     k_over: int = field(default=0, init=False)
+    # How far past K the slack after each tensor lets its rows be read (from_quantized: read_k's, whatever the
+    # scales; k_over <= k_slack), which nbytes counts
+    k_slack: int = field(default=0, init=False)
 
     def __post_init__(self):
         """The layout the kernel reads, checked (FusedWeights can be built by
@@ -158,6 +161,7 @@ class FusedWeights:
         fw = cls(1, data, scales_k, gs, spec.name, E, N, K, order)
         fw.plain_scales = plain_scale_bytes(codes, scales, spec)
         fw.k_over = over if fw.plain_scales else 0  # finite weights past K only under plain scales
+        fw.k_slack = over
         return fw
 
     @classmethod
@@ -209,6 +213,7 @@ class FusedWeights:
             del part
         full.plain_scales = plain  # every chunk's scale bytes checked
         full.k_over = over if plain else 0
+        full.k_slack = over
         return full
 
     @classmethod
@@ -244,12 +249,11 @@ class FusedWeights:
 
     def slack(self, name: str) -> int:
         """Elements of tensor field `name` (TENSORS) its storage holds after
-        its last row for a read of every row to k_read (from_quantized; 0
-        without k_over)."""
+        it for a read of every row k_slack past K (from_quantized)."""
         t = getattr(self, name)
-        if t is None or not self.k_over or name == "gscale":
+        if t is None or not self.k_slack or name == "gscale":
             return 0
-        return _slack(2 if name == "data" else self.block_size(), self.N, self.k_over, _n_order(t))
+        return _slack(2 if name == "data" else self.block_size(), self.N, self.k_slack, _n_order(t))
 
     def check_over_read(self) -> None:
         """k_over held to what it claims, before a launch reads past K:

@@ -638,19 +638,19 @@ def test_overread_weights_hold_the_checkpoints_bytes_and_slack():
     assert_bitwise_equal(fused_gemm.fused_dequantize(fw), fused_gemm.fused_dequantize(ref), "mma vs k words")
     fw.check_over_read()
     by = FusedWeights.from_quantized_by_experts(q, None, torch.device("cpu"), chunk_bytes=N * K, word_order="mma")
-    assert (by.k_over, by.plain_scales) == (fw.k_over, True)
+    assert (by.k_over, by.k_slack, by.plain_scales, by.nbytes()) == (fw.k_over, fw.k_slack, True, fw.nbytes())
     for name in ("data", "scales"):
         a, b = getattr(by, name), getattr(fw, name)
         assert a.stride() == b.stride() and torch.equal(a, b) and _held(a) == _held(b), name
     by.check_over_read()
     import dataclasses
-    assert dataclasses.replace(fw).k_over == 0
+    assert (dataclasses.replace(fw).k_over, fw.k_slack) == (0, 96)
     odd = hf.QuantizedTensor(q.codes, q.scales.clone(), None, "mxfp4")
     odd.scales[-1, -1, -1] = 255  # a NaN multiplier in the last block: not plain, so never read past
     for w in (FusedWeights.from_quantized(odd, None, word_order="mma"),
               FusedWeights.from_quantized_by_experts(odd, None, torch.device("cpu"), chunk_bytes=N * K,
                                                      word_order="mma")):
-        assert (w.plain_scales, w.k_over, w.nbytes()) == (False, 0, fw.nbytes() - 48 - 3 * N)
+        assert (w.plain_scales, w.k_over, w.k_slack, w.nbytes()) == (False, 0, 96, fw.nbytes())
         assert _held(w.data) == w.data.numel() + 48  # the slack is held all the same
         w.k_over = 96
         with pytest.raises(ValueError, match=r"k_over 96 without plain scales: the weights read past K may be NaN"):
