@@ -473,12 +473,15 @@ def read_k(word_order: str, k: int) -> int:
     """The K a GEMM may read each row of a weight tensor's kernel format to
     (FusedWeights.k_over): e2m1 words in the "mma" order (MX on CUDA,
     word_order) with a long K loop (K >= LONG_K_MIN) that is not a multiple
-    of "large_long_k"'s BLOCK_K are read to the next multiple, so that row
-    takes them (K_OVERREAD, where the transposed product masks every BLOCK_K
-    of a K with a tail: masks_every_block_k); else K. Past a row's K the
-    next row's codes lie, past the last row a few slack bytes: gpt-oss-120b's
-    rows of K 2880 are read to 2944 from the checkpoint's bytes."""
-    step = GPU_CONFIGS["large_long_k"].BLOCK_K
+    of the decode row's BLOCK_K ("small": 256, which "large_long_k"'s and
+    "medium"'s 128 divide) are read to the next multiple, so those rows take
+    them (K_OVERREAD: one pipelined loop where "small" took K_TAIL's
+    unpipelined last step, and the transposed product at BLOCK_M 64 and up
+    masks every BLOCK_K of a K with a tail: masks_every_block_k); else K.
+    Past a row's K the next row's codes lie, past the last row a few slack
+    bytes: gpt-oss-120b's rows of K 2880 are read to 3072 from the
+    checkpoint's bytes (a launch reads to its last BLOCK_K: 2944 at 128)."""
+    step = GPU_CONFIGS["small"].BLOCK_K
     if word_order == "mma" and k >= LONG_K_MIN and k % step:
         return triton_cdiv(k, step) * step
     return k

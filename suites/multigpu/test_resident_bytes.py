@@ -91,18 +91,18 @@ def test_released_term_on_paper():
 def test_read_past_k_kernel_format_on_paper():
     """The model's kernel-format term with e2m1 words in the "mma" order
     (MX on CUDA, mma=True): a hidden size of 2080 (K >= LONG_K_MIN, not a
-    multiple of 128) is read to 2176 for w13, with its own scale bytes and
+    multiple of 256) is read to 2304 for w13, with its own scale bytes and
     the slack a read of its last row past K reaches; the FusedWeights built
     so (on the CPU, word order "mma") hold exactly the term plus the scale
     bytes they share with the config. gpt-oss-120b's kernel format on CUDA
-    holds the checkpoint's bytes and 17344 bytes of slack a layer, and the
+    holds the checkpoint's bytes and 52032 bytes of slack a layer, and the
     model on a CUDA device counts them (memory_model.per_device)."""
     from harness.kernels.fused_weights import FusedWeights
     from harness.moe import quantize_expert_weights
 
     s = dataclasses.replace(TINY, hidden=2080)
     tensors = s.expert_tensors(mma=True)
-    assert [(n, k, kp) for _, n, k, kp in tensors] == [(2 * s.moe_intermediate, 2080, 2176),
+    assert [(n, k, kp) for _, n, k, kp in tensors] == [(2 * s.moe_intermediate, 2080, 2304),
                                                       (2080, s.moe_intermediate, s.moe_intermediate)]
     g = torch.Generator().manual_seed(0)
     held = shared = 0
@@ -118,10 +118,10 @@ def test_read_past_k_kernel_format_on_paper():
     # w13's scale rows (65 bytes) are stored in order "n" either way: the config's copy is released either way
     assert s.released_expert_bytes_per_layer(32, mma=True) == s.released_expert_bytes_per_layer(32)
     oss = SHAPES["gpt-oss-120b"]
-    # w13 [5760, 2880] and w2 [2880, 2880], read to 2944: the last row's 32 code bytes, and 2 blocks of N scale
+    # w13 [5760, 2880] and w2 [2880, 2880], read to 3072: the last row's 96 code bytes, and 6 blocks of N scale
     # bytes each (order "n", rows of 90 bytes)
     assert oss.kernel_expert_bytes_per_layer(32, mma=True) - oss.kernel_expert_bytes_per_layer(32) == (
-        32 + 2 * 5760 + 32 + 2 * 2880) == 17344
+        96 + 6 * 5760 + 96 + 6 * 2880) == 52032
     dm = synthetic_loader.device_map_for(oss.hf_config(), ["cuda:0"])
     cuda = memory_model.per_device(oss, "w_mxfp4", dm, 1, 16, backend="fused")["cuda:0"]["weights"]
     assert memory_model.mma_words("mxfp4") == (lc.vendor_of("cuda") == "cuda") and not memory_model.mma_words("nvfp4")

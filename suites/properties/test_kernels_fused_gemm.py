@@ -70,7 +70,7 @@ SCALE_ORDERS = ("k", "n")
 # bytes, whose scale tiles load as vectors and are pipelined like the words (Mixtral's and Qwen3's layout)
 GPU_SCALE_LAYOUTS = [("k", 1), ("n", 1), ("k", 8)]
 # the GEMM's too: K 2048 for MXFP4 at reps 32, where the table's launch is "large_long_k"; K 2112 at reps 33 in
-# order "n" (gpt-oss' layout), read to 2176 on CUDA (launch_config.read_k): "large_long_k", K_OVERREAD
+# order "n" (gpt-oss' layout), read to 2304 on CUDA (launch_config.read_k): "large_long_k", K_OVERREAD
 GPU_GEMM_LAYOUTS = GPU_SCALE_LAYOUTS + [("k", 32), ("n", 33)]
 
 
@@ -521,7 +521,7 @@ def test_long_k_loops_take_their_own_large_row():
     assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN + 64, **kw).row == "large"  # not a multiple of 128
     assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN + 64, scale_order="n", **kw).row == "large_n"
     for order in ("k", "n"):  # read to a multiple of 128: the long-K row, x masked on K
-        c = lc.select_launch("gemm", "cuda", k=2880, k_read=2944, scale_order=order, **kw)
+        c = lc.select_launch("gemm", "cuda", k=2880, k_read=3072, scale_order=order, **kw)
         assert (c.row, c.EVEN_NK, c.K_TAIL, c.K_OVERREAD) == ("large_long_k", False, False, True), c
         assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, scale_order=order, **kw).row == "large_long_k"
     assert lc.select_launch("gemm", "cuda", k=lc.LONG_K_MIN, **dict(kw, block_m=16)).row == "small"
@@ -535,12 +535,12 @@ def test_long_k_loops_take_their_own_large_row():
 def test_block_m_32_takes_medium_on_mma_words():
     """At BLOCK_M 32 the transposed product (bf16, "mma" words) over a K
     read to a multiple of "medium"'s BLOCK_K takes "medium", short K loops
-    included, gpt-oss' K 2880 read to 2944 with K_OVERREAD; a ragged K read
+    included, gpt-oss' K 2880 read to 3072 with K_OVERREAD; a ragged K read
     to itself, BLOCK_M 16, float32 operands, NVFP4's "k" words and ROCm keep
     the decode rows, and ROCm's tables hold no such row."""
     kw = dict(kind=1, fmt="mxfp4", block_m=32, n=1536, bf16=True, word_order="mma")
     row = lc.GPU_CONFIGS["medium"]
-    for k, read in ((768, 768), (2048, 2048), (14336, 14336), (2880, 2944)):
+    for k, read in ((768, 768), (2048, 2048), (14336, 14336), (2880, 3072)):
         c = lc.select_launch("gemm", "cuda", k=k, k_read=read, **kw)
         assert (c.row, c.SWAP_MN, c.BLOCK_N, c.BLOCK_K, c.num_warps, c.num_stages, c.K_TAIL) == (
             "medium", True, row.BLOCK_N, row.BLOCK_K, row.num_warps, row.num_stages, False), (k, c)
@@ -557,11 +557,12 @@ def test_block_m_32_takes_medium_on_mma_words():
 
 def test_read_k_covers_ragged_long_k_loops_of_mma_words():
     """launch_config.read_k: e2m1 words in the "mma" order with K >=
-    LONG_K_MIN are read to the next multiple of "large_long_k"'s BLOCK_K
-    (gpt-oss-120b: 2880 -> 2944); "k" words, short K and K already a
-    multiple keep K."""
-    step = lc.GPU_CONFIGS["large_long_k"].BLOCK_K
-    assert lc.read_k("mma", 2880) == 2944 == 23 * step
+    LONG_K_MIN are read to the next multiple of the decode row's BLOCK_K,
+    which the long-K and "medium" rows' divides (gpt-oss-120b: 2880 ->
+    3072); "k" words, short K and K already a multiple keep K."""
+    step = lc.GPU_CONFIGS["small"].BLOCK_K
+    assert step % lc.GPU_CONFIGS["large_long_k"].BLOCK_K == 0 == step % lc.GPU_CONFIGS["medium"].BLOCK_K
+    assert lc.read_k("mma", 2880) == 3072 == 12 * step
     assert lc.read_k("mma", lc.LONG_K_MIN + 32) == lc.LONG_K_MIN + step
     for order, k in (("mma", lc.LONG_K_MIN), ("mma", lc.LONG_K_MIN - 32), ("mma", 14336), ("k", 2880), ("mma", 0)):
         assert lc.read_k(order, k) == k, (order, k)
@@ -582,6 +583,7 @@ def test_k_overread_launches_mask_x_only():
         return c.BLOCK_K, c.EVEN_NK, c.K_TAIL, c.K_OVERREAD
     small = lc.GPU_CONFIGS["small"].BLOCK_K
     assert flags(block_m=16, k=2208, k_read=2304) == (small, False, False, True)
+    assert flags(block_m=16, k=2880, k_read=3072) == (small, False, False, True)  # gpt-oss' decode
     assert flags(block_m=16, k=2880, k_read=2944) == (small, False, True, None)  # 2944 = 11.5 x 256
     assert flags(block_m=16, k=2880, k_read=2944, override={"BLOCK_K": 128}) == (128, False, False, True)
     assert flags(block_m=16, k=2880, k_read=2944, n=5760 + 8)[1:] == (False, False, None)
@@ -617,7 +619,7 @@ def test_overread_weights_hold_the_checkpoints_bytes_and_slack():
     the views are [E, N, K / 2] and [E, N, K / 32] as ever, dense (each
     row's K followed by the next row's), and each storage holds zero slack
     after them, as far as a read of the last row to read_k's K reaches
-    (k_over, slack, nbytes): the checkpoint's bytes and 48 + 3 x 32 more.
+    (k_over, slack, nbytes): the checkpoint's bytes and 112 + 7 x 32 more.
     Built a few experts at a time (from_quantized_by_experts) they hold the
     same bytes and slack; copied, or with a scale byte that is not plain,
     the read past K is not claimed; a claim the storage or the scales do
@@ -625,16 +627,16 @@ def test_overread_weights_hold_the_checkpoints_bytes_and_slack():
     q, fw, ref = _overread_weights(1)
     E, N, K = q.codes.shape
     assert (fw.k_over, fw.k_read, ref.k_over) == (lc.read_k("mma", K) - K, lc.read_k("mma", K), 0)
-    assert fw.k_over == 96 and fw.data.shape == (E, N, K // 2) and fw.scales.shape == (E, N, K // 32)
+    assert fw.k_over == 224 and fw.data.shape == (E, N, K // 2) and fw.scales.shape == (E, N, K // 32)
     assert fw.plain_scales and fw.scale_order == "n"  # rows of 65 bytes: each block's N bytes contiguous
     assert fw.data.is_contiguous() and fw.data.storage_offset() == 0 == fw.scales.storage_offset()
-    assert (fw.slack("data"), fw.slack("scales")) == (48, 3 * N)
-    assert _held(fw.data) == fw.data.numel() + 48 and _held(fw.scales) == fw.scales.numel() + 3 * N
+    assert (fw.slack("data"), fw.slack("scales")) == (112, 7 * N)
+    assert _held(fw.data) == fw.data.numel() + 112 and _held(fw.scales) == fw.scales.numel() + 7 * N
     flat = torch.empty(0, dtype=torch.uint8).set_(fw.data.untyped_storage())
     assert not bool(flat[fw.data.numel():].any())
     flat = torch.empty(0, dtype=torch.uint8).set_(fw.scales.untyped_storage())
     assert not bool(flat[fw.scales.numel():].any())
-    assert fw.nbytes() == E * N * (K // 2 + K // 32) + 48 + 3 * N == ref.nbytes() + 48 + 3 * N
+    assert fw.nbytes() == E * N * (K // 2 + K // 32) + 112 + 7 * N == ref.nbytes() + 112 + 7 * N
     assert_bitwise_equal(fused_gemm.fused_dequantize(fw), fused_gemm.fused_dequantize(ref), "mma vs k words")
     fw.check_over_read()
     by = FusedWeights.from_quantized_by_experts(q, None, torch.device("cpu"), chunk_bytes=N * K, word_order="mma")
@@ -644,20 +646,20 @@ def test_overread_weights_hold_the_checkpoints_bytes_and_slack():
         assert a.stride() == b.stride() and torch.equal(a, b) and _held(a) == _held(b), name
     by.check_over_read()
     import dataclasses
-    assert (dataclasses.replace(fw).k_over, fw.k_slack) == (0, 96)
+    assert (dataclasses.replace(fw).k_over, fw.k_slack) == (0, 224)
     odd = hf.QuantizedTensor(q.codes, q.scales.clone(), None, "mxfp4")
     odd.scales[-1, -1, -1] = 255  # a NaN multiplier in the last block: not plain, so never read past
     for w in (FusedWeights.from_quantized(odd, None, word_order="mma"),
               FusedWeights.from_quantized_by_experts(odd, None, torch.device("cpu"), chunk_bytes=N * K,
                                                      word_order="mma")):
-        assert (w.plain_scales, w.k_over, w.k_slack, w.nbytes()) == (False, 0, 96, fw.nbytes())
-        assert _held(w.data) == w.data.numel() + 48  # the slack is held all the same
-        w.k_over = 96
-        with pytest.raises(ValueError, match=r"k_over 96 without plain scales: the weights read past K may be NaN"):
+        assert (w.plain_scales, w.k_over, w.k_slack, w.nbytes()) == (False, 0, 224, fw.nbytes())
+        assert _held(w.data) == w.data.numel() + 112  # the slack is held all the same
+        w.k_over = 224
+        with pytest.raises(ValueError, match=r"k_over 224 without plain scales: the weights read past K may be NaN"):
             w.check_over_read()
     bare = FusedWeights(1, fw.data.clone(), fw.scales.clone(), None, "mxfp4", E, N, K, "mma")
-    bare.plain_scales, bare.k_over = True, 96
-    with pytest.raises(ValueError, match=rf"data read to K 2176 \(k_over 96\) reaches element {E * N * K // 2 + 48} "
+    bare.plain_scales, bare.k_over = True, 224
+    with pytest.raises(ValueError, match=rf"data read to K 2304 \(k_over 224\) reaches element {E * N * K // 2 + 112} "
                                          rf"of a storage of {E * N * K // 2}: no slack after it"):
         bare.check_over_read()
     with pytest.raises(ValueError, match="no slack after it"):
@@ -681,7 +683,7 @@ def test_k_overread_gemm_is_the_masked_gemm():
     ids = torch.tensor([1, 0, 1, 1, 0, 1, 0])
     x = torch.randn(P, K, generator=g).to(torch.bfloat16).float()
     x[1:, 0] = torch.tensor([float("inf"), float("nan"), float("-inf"), 1.0, float("inf"), 2.0])
-    tile = dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=1)  # 2080 = 32.5 x 64; read to 2176 = 34 x 64
+    tile = dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=1)  # 2080 = 32.5 x 64; read to 2304 = 36 x 64
     cfg = lc.select_launch("gemm", "interpreter", kind=1, fmt="mxfp4", block_m=16, n=N, k=K, k_read=fw.k_read,
                            word_order="mma", override=tile)
     assert (cfg.K_OVERREAD, cfg.K_TAIL, cfg.EVEN_NK) == (True, False, False)
@@ -714,7 +716,7 @@ def test_large_block_m_sums_over_a_k_with_a_tail_gpu(order, gpu_device):
     """gpt-oss-120b's GEMM2 at prefill (128 experts, N = K = 2880: a tail of
     BLOCK_K 128; 4096 tokens, top-4: BLOCK_M 128), seeded random MXFP4
     weights in each scale order: the tables' launch (on CUDA the weights
-    are read to K 2944: "large_long_k" with K_OVERREAD), and the one with
+    are read to K 3072: "large_long_k" with K_OVERREAD), and the one with
     BLOCK_N 64 and BLOCK_K 128 (whose transposed product summed wrong with
     K_TAIL on an H200, by up to 6% of the largest output), K_OVERREAD and
     every BLOCK_K masked, each within contract (2) of
