@@ -10,8 +10,9 @@ of the format table (and float weights for the "bf16" baseline), precision
 K with a tail steps down to) and both launches
 of mode "predequant", MX weights with and without plain scale bytes
 (FusedWeights.plain_scales), e2m1 words in the "mma" order read past a
-ragged long K under plain scales (K_OVERREAD, ".kover"), both scale-byte orders (launch_config.scale_order,
-which also picks the row of the BLOCK_M 64 and up),
+ragged long K under plain scales (K_OVERREAD, ".kover"), both scale-byte
+orders (launch_config.scale_order, which also picks the row of the BLOCK_M
+64 and up),
 masked and unmasked N/K tails, and every epilogue a
 GEMM launch can get (EPILOGUES: none, the router weights of GEMM2, the bias
 of gpt-oss's GEMM1, both; GEMM1's activation, silu or the clamped SwiGLU,

@@ -643,7 +643,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     over = override.get("K_OVERREAD")
     if over is None:  # the weights readable past K cover its last BLOCK_K: one loop, x's loads masked
         over = ("EVEN_NK" not in override and "K_TAIL" not in override and not dequant and not even_nk
-                  and n % cfg["BLOCK_N"] == 0 and k_read > k and k_read % cfg["BLOCK_K"] == 0)
+                and n % cfg["BLOCK_N"] == 0 and k_read > k and k_read % cfg["BLOCK_K"] == 0)
     elif over and (dequant or even_nk or tail or k_read % cfg["BLOCK_K"]):
         raise ValueError(f"launch config K_OVERREAD needs a GEMM launch with a K tail (not EVEN_NK or K_TAIL) on "
                          f"weights readable to a multiple of BLOCK_K {cfg['BLOCK_K']}; got {launch}, K {k} readable to "
