@@ -232,7 +232,7 @@ class FusedWeights:
         sc = self.scales
         if sc is None:
             return None
-        return "n" if sc.shape[1] > 1 and sc.shape[2] > 1 and sc.stride(1) == 1 else "k"
+        return "n" if _n_order(sc) else "k"
 
     @property
     def two_level(self) -> bool:
@@ -257,9 +257,10 @@ class FusedWeights:
 
     def check_over_read(self) -> None:
         """k_over held to what it claims, before a launch reads past K:
-        plain scales (finite weights past each row's K) and, after each
-        tensor, storage a read of every row to k_read stays inside.
-        Raises ValueError naming the tensor."""
+        plain scales and dense tensors (past each row's K the next row's
+        finite weights, not bytes between experts) and, after each tensor,
+        storage a read of every row to k_read stays inside. Raises
+        ValueError naming the tensor."""
         if not self.k_over:
             return
         if not self.plain_scales:
@@ -270,6 +271,11 @@ class FusedWeights:
             if self.k_read % per or t.dim() != 3:
                 raise ValueError(f"fused weights ({self.fmt}): {name} {list(t.shape)} cannot be read to K "
                                  f"{self.k_read} (blocks of {per})")
+            want = _dense_strides(tuple(t.shape), _n_order(t))
+            if any(d > 1 and st != w for d, st, w in zip(t.shape, t.stride(), want)):
+                raise ValueError(f"fused weights ({self.fmt}): {name} of strides {list(t.stride())} read past K "
+                                 f"(k_over {self.k_over}): it must be dense, strides {list(want)}, so past each "
+                                 f"row's K lies the next row")
             shape = tuple(t.shape[:2]) + (self.k_read // per,)
             end = t.storage_offset() + 1 + sum((d - 1) * s for d, s in zip(shape, t.stride()))
             held = t.untyped_storage().nbytes() // t.element_size()
@@ -286,6 +292,12 @@ class FusedWeights:
 def _n_order(t: torch.Tensor) -> bool:
     """Whether [E, N, L] `t` holds each column's N rows contiguous (scale order "n")."""
     return t.shape[1] > 1 and t.shape[2] > 1 and t.stride(1) == 1
+
+
+def _dense_strides(shape: tuple, n_order: bool) -> tuple:
+    """The strides of a dense [E, N, L] tensor, rows contiguous or in order "n"."""
+    _, n, cols = shape
+    return (n * cols, 1, n) if n_order else (n * cols, cols, 1)
 
 
 def _slack(per: int, n: int, k_over: int, n_order: bool) -> int:

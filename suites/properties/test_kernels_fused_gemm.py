@@ -622,8 +622,8 @@ def test_overread_weights_hold_the_checkpoints_bytes_and_slack():
     (k_over, slack, nbytes): the checkpoint's bytes and 112 + 7 x 32 more.
     Built a few experts at a time (from_quantized_by_experts) they hold the
     same bytes and slack; copied, or with a scale byte that is not plain,
-    the read past K is not claimed; a claim the storage or the scales do
-    not bear is refused before a launch (check_over_read)."""
+    the read past K is not claimed; a claim the storage, the strides or
+    the scales do not bear is refused before a launch (check_over_read)."""
     q, fw, ref = _overread_weights(1)
     E, N, K = q.codes.shape
     assert (fw.k_over, fw.k_read, ref.k_over) == (lc.read_k("mma", K) - K, lc.read_k("mma", K), 0)
@@ -664,6 +664,14 @@ def test_overread_weights_hold_the_checkpoints_bytes_and_slack():
         bare.check_over_read()
     with pytest.raises(ValueError, match="no slack after it"):
         fused_gemm.moe_gemm(torch.zeros(1, K), torch.zeros(1, dtype=torch.int64), bare, mode="fused")
+    # experts 64 bytes apart, with room to spare: past the last row of an expert lie bytes no scale check covered
+    apart = torch.zeros(E * (N * K // 2 + 64) + 4096, dtype=torch.uint8)
+    apart = apart.as_strided((E, N, K // 2), (N * K // 2 + 64, K // 2, 1)).copy_(fw.data)
+    gaps = FusedWeights(1, apart, fw.scales, None, "mxfp4", E, N, K, "mma")
+    gaps.plain_scales, gaps.k_over = True, 224
+    with pytest.raises(ValueError, match=rf"data of strides \[{N * K // 2 + 64}, {K // 2}, 1\] read past K "
+                                         r"\(k_over 224\): it must be dense"):
+        gaps.check_over_read()
 
 
 def test_k_overread_gemm_is_the_masked_gemm():
