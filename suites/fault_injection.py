@@ -1193,6 +1193,14 @@ FAULTS += [
      "            orders = [fw.scale_order for fw in moe.experts._kernel_weights]",
      "            orders = [\"k\", \"k\"]",
      ["suites/properties/test_moe_bench_peer.py::test_the_report_says_which_launch_tables_run"]),
+    ("experts.apply: expert ids outside [0, E) computed (dropped or read past the weights)", "harness/moe/experts.py",
+     "    torch._assert_async(((topk_ids >= 0) & (topk_ids < num_experts)).all(),",
+     "    torch._assert_async((topk_ids >= 0).all() | True,",
+     [P + "test_moe_inputs.py::test_apply_refuses_an_id_outside_the_experts"]),
+    ("forward: router logits of another width than E routed", "harness/moe/layer.py",
+     "        if tuple(router_logits.shape) != (T, E) or not router_logits.dtype.is_floating_point:",
+     "        if router_logits.shape[0] != T or not router_logits.dtype.is_floating_point:",
+     [P + "test_moe_inputs.py::test_forward_refuses_inputs_of_another_shape"]),
 ]
 
 

@@ -77,6 +77,36 @@ def _grouped_gemm_unfused(x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -
     return out
 
 
+def check_apply_inputs(hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
+                       hidden_size: int) -> None:
+    """apply()'s inputs are what its kernels index by: hidden [T, H] float, topk_weights [T, k] float and
+    topk_ids [T, k] integer on hidden's device, every id in [0, E). An id outside it is no error to the
+    kernels: the unfused GEMM matches no expert and drops the pair, the pair layout places it past the last
+    expert and the fused GEMM reads weights that are not there (NaN or another tensor's bytes). The shapes
+    cost nothing to check. The ids' values: by `torch._assert_async`, no host sync (the CPU raises its
+    message at once; CUDA fails the stream with a device-side assert); not while a CUDA graph is captured,
+    where the graph records one more launch per replay (the layer's own routing, over router logits whose
+    width FusedMoE.forward checks, gives ids in range by construction)."""
+    if hidden.dim() != 2 or hidden.shape[1] != hidden_size or not hidden.dtype.is_floating_point:
+        raise ValueError(f"experts.apply: hidden must be a float tensor [T, H={hidden_size}], got {hidden.dtype} "
+                         f"{list(hidden.shape)}")
+    T = hidden.shape[0]
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != T or topk_ids.shape[1] < 1:
+        raise ValueError(f"experts.apply: topk_ids must be [T={T}, k], got {list(topk_ids.shape)}")
+    if topk_ids.dtype.is_floating_point or topk_ids.dtype.is_complex or topk_ids.dtype == torch.bool:
+        raise ValueError(f"experts.apply: topk_ids must hold integer expert ids, got {topk_ids.dtype}")
+    if tuple(topk_weights.shape) != tuple(topk_ids.shape) or not topk_weights.dtype.is_floating_point:
+        raise ValueError(f"experts.apply: topk_weights must be a float tensor of topk_ids' shape "
+                         f"{list(topk_ids.shape)}, got {topk_weights.dtype} {list(topk_weights.shape)}")
+    for name, t in (("topk_weights", topk_weights), ("topk_ids", topk_ids)):
+        if t.device != hidden.device:
+            raise ValueError(f"experts.apply: {name} is on {t.device}, hidden on {hidden.device}")
+    if topk_ids.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    torch._assert_async(((topk_ids >= 0) & (topk_ids < num_experts)).all(),
+                        f"experts.apply: topk_ids hold an expert id outside [0, {num_experts})")
+
+
 def _f32(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if t is None else t.detach().to(torch.float32)
 
@@ -127,6 +157,10 @@ class ExpertsBase(torch.nn.Module):
     @property
     def num_experts(self) -> int:
         return self.quant_config.num_experts
+
+    @property
+    def hidden_size(self) -> int:
+        return self.quant_config.hidden_size
 
     @property
     def quant_dtype(self):
@@ -192,6 +226,7 @@ class ExpertsBase(torch.nn.Module):
     def apply(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, *,
               activation: str = "silu") -> torch.Tensor:
         act = get_activation(activation)
+        check_apply_inputs(hidden, topk_weights, topk_ids, self.num_experts, self.hidden_size)
         T, H = hidden.shape
         k = topk_ids.shape[1]
         # bf16 hand-offs: where the GEMMs take bf16 operands (fused, precision "bf16", no post factor) they
@@ -304,6 +339,10 @@ class UnquantizedExperts(ExpertsBase):
     @property
     def num_experts(self) -> int:
         return self._w13.shape[0]
+
+    @property
+    def hidden_size(self) -> int:
+        return self._w13.shape[2]
 
     def dequantize_weights(self):
         return self._w13.to(torch.float32), self._w2.to(torch.float32)

@@ -69,6 +69,21 @@ class FusedMoE(torch.nn.Module):
         self.e_score_correction_bias = (None if e_score_correction_bias is None
                                         else e_score_correction_bias.detach().to(torch.float32))
 
+    def _check_inputs(self, hidden: torch.Tensor, router_logits: torch.Tensor) -> None:
+        """hidden [T, H] and router_logits [T, E] of this layer's H and E (shapes only: no host sync). Logits of
+        another width would route to ids past the last expert, or never to the last ones, and compute."""
+        E, H = self.experts.num_experts, self.experts.hidden_size
+        if hidden.dim() != 2 or hidden.shape[1] != H or not hidden.dtype.is_floating_point:
+            raise ValueError(f"FusedMoE.forward: hidden must be a float tensor [T, H={H}], got {hidden.dtype} "
+                             f"{list(hidden.shape)}")
+        T = hidden.shape[0]
+        if tuple(router_logits.shape) != (T, E) or not router_logits.dtype.is_floating_point:
+            raise ValueError(f"FusedMoE.forward: router_logits must be a float tensor [T={T}, E={E}] (one column "
+                             f"an expert), got {router_logits.dtype} {list(router_logits.shape)}")
+        if router_logits.device != hidden.device:
+            raise ValueError(f"FusedMoE.forward: router_logits are on {router_logits.device}, hidden on "
+                             f"{hidden.device}")
+
     # the row's fields, by their old names
     @property
     def top_k(self) -> int:
@@ -106,6 +121,7 @@ class FusedMoE(torch.nn.Module):
                 "shared_config": self.shared_quant_config}
 
     def forward(self, hidden: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        self._check_inputs(hidden, router_logits)
         arch = self.arch
         topk_weights, topk_ids = routing.route_arch(router_logits, arch, self.e_score_correction_bias)
         # With a shared MLP both sums are kept in float32 (experts return their input's dtype).

@@ -371,3 +371,42 @@ def test_decode_layer_with_tied_router_logits_replays_bitwise(T):
     one = moe(x, lg)
     replay, _ = capture_forward(moe, x.clone(), lg.clone())
     assert torch.equal(replay().view(torch.int16), one.view(torch.int16))
+
+
+_BAD_ID_SCRIPT = """
+import sys, torch
+from harness.moe.layer import build_emulated_moe
+backend, bad = sys.argv[1], int(sys.argv[2])
+g = torch.Generator().manual_seed(0)
+E, H, I, T, k = 8, 64, 64, 4, 2
+moe = build_emulated_moe("w_mxfp4", (torch.randn(E, 2 * I, H, generator=g) * 0.1).cuda(),
+                         (torch.randn(E, H, I, generator=g) * 0.1).cuda(), top_k=k, backend=backend)
+x = torch.randn(T, H, generator=g).cuda()
+ids = torch.randint(0, E, (T, k), generator=g).cuda()
+ids[T - 1, k - 1] = bad
+out = moe.experts.apply(x, torch.full((T, k), 0.5, device="cuda"), ids)
+torch.cuda.synchronize()
+print("computed", float(out.float().abs().sum()))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad", [8, -1])
+def test_eager_apply_fails_on_an_id_outside_the_experts(backend, bad):
+    """An expert id outside [0, E) stops an eager CUDA forward with a device-side assert (no host sync, so
+    sync-debug "error" forward tests stay green); in a child process, as the assert ends its CUDA context.
+    The same script with an id in range computes, so the failure is the id's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+
+    def run(b):
+        return subprocess.run([sys.executable, "-c", _BAD_ID_SCRIPT, backend, str(b)], cwd=root,
+                              capture_output=True, text=True, timeout=600)
+    r = run(bad)
+    assert r.returncode != 0 and "computed" not in r.stdout, f"an id {bad} of 8 experts computed: {r.stdout}"
+    assert "device-side assert" in r.stderr or "outside [0, 8)" in r.stderr, r.stderr[-2000:]
+    ok = run(7)
+    assert ok.returncode == 0 and "computed" in ok.stdout, ok.stderr[-2000:]
