@@ -51,7 +51,7 @@ def _placed(side: str):
     if side == "after":
         fused_gemm.moe_gemm = _after(gemm)
     elif side == "epilogue":
-        launch_config.act_in_epilogue = lambda swap_mn: True
+        launch_config.act_in_epilogue = lambda swap_mn, block_m: True
     try:
         yield
     finally:

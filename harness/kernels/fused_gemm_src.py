@@ -234,7 +234,13 @@ def _moe_gemm_kernel(
         rmask = rows >= 0
         rows_safe = tl.where(rmask, rows, 0)
         x_rows = rows_safe // x_row_div
-    if ACT:  # HALF gate rows, then the up rows N further on (HALF-long contiguous runs, as the loads need)
+    if ACT and SWAP_MN:  # gate and up rows of 8 outputs in turn: the accumulator's rows r and r + 8 share a thread
+        HALF: tl.constexpr = BLOCK_N // 2
+        lane = tl.arange(0, BLOCK_N)
+        offs_o = pid_n.to(tl.int64) * HALF + (lane // 16) * 8 + lane % 8
+        nmask = offs_o < N
+        offs_n = offs_o + ((lane // 8) % 2) * N
+    elif ACT:  # HALF gate rows, then the up rows N further on (HALF-long contiguous runs, as the loads need)
         HALF: tl.constexpr = BLOCK_N // 2
         lane = tl.arange(0, BLOCK_N)
         offs_o = pid_n.to(tl.int64) * HALF + lane % HALF
@@ -398,8 +404,12 @@ def _moe_gemm_kernel(
             acc = acc + tl.load(bias_ptr + e * (2 * N if ACT else N) + offs_n, mask=nmask, other=0.0)[None, :]
         if ROW_SCALE:
             acc = acc * tl.load(row_scale_ptr + rows_safe)[:, None]
-        if ACT:  # columns [gate HALF | up HALF] -> act(gate, up) [BLOCK_M, HALF]
-            gate, up = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, HALF)), (0, 2, 1)))
+        if ACT:  # columns [gate HALF | up HALF] (SWAP_MN: [gate 8 | up 8] in turn) -> act(gate, up) [BLOCK_M, HALF]
+            if SWAP_MN:
+                gate, up = tl.split(tl.reshape(tl.permute(tl.reshape(acc, (BLOCK_M, BLOCK_N // 16, 2, 8)), (0, 1, 3, 2)),
+                                               (BLOCK_M, HALF, 2)))
+            else:
+                gate, up = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, HALF)), (0, 2, 1)))
             h = _act(gate, up, ACT, ACT_LIMIT, ACT_ALPHA)
             offs_h = pid_n.to(tl.int64) * HALF + tl.arange(0, HALF)
             tl.store(out_ptr + rows_safe[:, None] * stride_om + offs_h[None, :], h.to(out_ptr.dtype.element_ty),

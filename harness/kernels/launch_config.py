@@ -496,16 +496,20 @@ def masks_every_block_k(swap_mn, block_m: int) -> bool:
     return bool(swap_mn) and block_m >= LARGE_BLOCK_M
 
 
-def act_in_epilogue(swap_mn) -> bool:
+def act_in_epilogue(swap_mn, block_m: int) -> bool:
     """Whether a GEMM launch that holds every operation before the
     activation applies it in its epilogue (else the split-sum pass after it
-    does, fused_gemm._split_sum). Not in the transposed product (SWAP_MN):
-    there the epilogue's silu ran GEMM1 1.00-1.07x as long as the GEMM and
-    a pass after it on an H200 (triton 3.6; MXFP4 at T=16 and T=4096,
-    Qwen3-30B-A3B and gpt-oss-120b; docs/benchmarks.md; 0.83x for gpt-oss
-    with its bias and clamped SwiGLU, whose bias epilogue alone ran slow),
-    where the other launches ran 0.96-1.00x (NVFP4, predequant's GEMM)."""
-    return not swap_mn
+    does, fused_gemm._split_sum). In the transposed product (SWAP_MN) only
+    at BLOCK_M 64 and up, its tile taking gate and up rows of 8 outputs in
+    turn (the wgmma accumulator holds rows r and r + 8 in one thread, so
+    the pairs meet without a shuffle; a tile of half gate, half up rows
+    needs one across warps at BLOCK_N 64). On an H200 (triton 3.6,
+    `python -m tools.act_placement`, epilogue / split-sum pass, outputs
+    bitwise equal; docs/benchmarks.md): the W4A16 forward at T=4096 0.984x
+    (Qwen3-30B-A3B) and 0.988x (gpt-oss-120b), gpt-oss' GEMM1 with its bias
+    and clamped SwiGLU 0.946x; at T=16 the forward 1.004x / 1.015x, so the
+    decode rows keep the pass."""
+    return not swap_mn or block_m >= LARGE_BLOCK_M
 
 
 def k_tail(n: int, k: int, block_n: int, block_k: int) -> bool:
@@ -677,9 +681,9 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                         # the row scale comes after the bias: in the kernel only if the bias is there too (or none)
                         HAS_BIAS=in_bias, ROW_SCALE=in_rs,
                         # the activation after them: in the kernel only if they are there too (or not asked
-                        # for), and not in the transposed product (act_in_epilogue)
+                        # for), and not in the transposed product's decode rows (act_in_epilogue)
                         ACT=act if (one_split and (in_bias or not bias) and (in_rs or not row_scale)
-                                    and act_in_epilogue(cfg["SWAP_MN"])) else 0,
+                                    and act_in_epilogue(cfg["SWAP_MN"], bm)) else 0,
                         RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
                         DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, MMA_ORDER=mma_order, EVEN_NK=even_nk,
                         K_TAIL=bool(tail), K_OVERREAD=True if over else None,

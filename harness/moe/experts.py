@@ -85,8 +85,8 @@ def check_apply_inputs(hidden: torch.Tensor, topk_weights: torch.Tensor, topk_id
     expert and the fused GEMM reads weights that are not there (NaN or another tensor's bytes). The shapes
     cost nothing to check. The ids' values: by `torch._assert_async`, no host sync (the CPU raises its
     message at once; CUDA fails the stream with a device-side assert); not while a CUDA graph is captured,
-    where the graph records one more launch per replay (the layer's own routing, over router logits whose
-    width FusedMoE.forward checks, gives ids in range by construction)."""
+    where the graph would record the check's launches for every replay (the layer's own routing, over router
+    logits whose width FusedMoE.forward checks, gives ids in range by construction)."""
     if hidden.dim() != 2 or hidden.shape[1] != hidden_size or not hidden.dtype.is_floating_point:
         raise ValueError(f"experts.apply: hidden must be a float tensor [T, H={hidden_size}], got {hidden.dtype} "
                          f"{list(hidden.shape)}")
@@ -101,7 +101,8 @@ def check_apply_inputs(hidden: torch.Tensor, topk_weights: torch.Tensor, topk_id
     for name, t in (("topk_weights", topk_weights), ("topk_ids", topk_ids)):
         if t.device != hidden.device:
             raise ValueError(f"experts.apply: {name} is on {t.device}, hidden on {hidden.device}")
-    if topk_ids.is_cuda and torch.cuda.is_current_stream_capturing():
+    # (dynamo cannot trace the capture query: a compiled forward keeps the check, which it can trace)
+    if topk_ids.is_cuda and not torch.compiler.is_compiling() and torch.cuda.is_current_stream_capturing():
         return
     torch._assert_async(((topk_ids >= 0) & (topk_ids < num_experts)).all(),
                         f"experts.apply: topk_ids hold an expert id outside [0, {num_experts})")

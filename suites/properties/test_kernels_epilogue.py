@@ -205,6 +205,28 @@ def test_the_activation_is_that_of_the_gemms_result(scheme, split_k, mode):
             assert_bitwise_equal(got, _np_act(base, act), f"{scheme} {mode} split {split_k} {act} bias={b is not None}")
 
 
+@pytest.mark.parametrize("block_n", [16, 32])
+def test_the_transposed_products_activation_is_that_of_the_gemms_result(block_n):
+    """The transposed product at BLOCK_M 64 and up (MXFP4 on "mma" words, SWAP_MN) takes gate and up rows of 8
+    outputs in turn and applies the activation in its epilogue: the bits of the GEMM's own [P, 2I] result (+ bias)
+    put through the activation, gate then up (the interpreter's "ieee" dot; BLOCK_N 32 has two row groups a tile
+    and a tile past I, whose rows are masked)."""
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(E, 2 * I_ACT, K, generator=g) * K ** -0.5
+    q, gs = hm.quantize_expert_weights(w, "w_mxfp4")
+    fw = FusedWeights.from_quantized(q, gs, word_order="mma")
+    _, x, ids, bias, k = _act_case("w_mxfp4", "cpu")
+    config = dict(SPLIT_K=1, BLOCK_N=block_n, BLOCK_K=32, SWAP_MN=True)
+    kw = dict(precision="ieee", x_row_div=k, config=config, block_m=64)
+    assert lc.select_launch("gemm", "interpreter", kind=1, fmt="mxfp4", bf16=False, block_m=64, n=2 * I_ACT, k=K,
+                            act=1, word_order="mma", override=config).ACT == 1
+    for b in (None, bias):
+        base = fused_gemm.moe_gemm(x, ids, fw, bias=b, **kw)
+        for act in lc.ACT_CODES:
+            got = fused_gemm.moe_gemm(x, ids, fw, bias=b, act=act, **kw)
+            assert_bitwise_equal(got, _np_act(base, act), f"BLOCK_N {block_n} {act} bias={b is not None}")
+
+
 def _act_flags(scheme, split_k, bias=False, row_scale=False, vendor="cuda", word_order="k", block_m=16):
     two_level = hm.get_scheme(scheme).two_level
     cfg = lc.select_launch("gemm", vendor, kind=1, fmt="nvfp4" if two_level else "mxfp4", bf16=True,
@@ -216,16 +238,18 @@ def _act_flags(scheme, split_k, bias=False, row_scale=False, vendor="cuda", word
 def test_which_launch_applies_the_activation():
     """In the kernel where it holds every operation before the activation:
     one split, and the bias not after a post factor, and not in the
-    transposed product (act_in_epilogue: MXFP4's "mma" words on CUDA, at
-    decode and prefill); else none there (the split-sum pass applies it)."""
+    transposed product's decode rows (act_in_epilogue: MXFP4's "mma" words
+    on CUDA, BLOCK_M below 64); else none there (the split-sum pass applies it)."""
     assert _act_flags("w_mxfp4", 1) == lc.ACT_CODES["silu"]
     assert _act_flags("w_mxfp4", 1, bias=True, row_scale=True) == lc.ACT_CODES["silu"]
     assert _act_flags("w_mxfp4", 2) == 0
     assert _act_flags("nvfp4", 1) == lc.ACT_CODES["silu"]
     assert _act_flags("nvfp4", 1, bias=True) == 0
-    for bm in (16, 128):
-        assert _act_flags("w_mxfp4", 1, word_order="mma", block_m=bm) == 0
+    for bm in (16, 32, 64, 128):
+        assert _act_flags("w_mxfp4", 1, word_order="mma", block_m=bm) == (lc.ACT_CODES["silu"] if bm >= 64 else 0)
         assert _act_flags("w_mxfp4", 1, word_order="mma", block_m=bm, vendor="rocm") == lc.ACT_CODES["silu"]
+    assert _act_flags("w_mxfp4", 1, bias=True, word_order="mma", block_m=128) == lc.ACT_CODES["silu"]
+    assert _act_flags("w_mxfp4", 2, word_order="mma", block_m=128) == 0
     assert lc.select_launch("gemm", "cuda", kind=1, fmt="mxfp4", bf16=True, block_m=16, n=48, k=64).ACT == 0
     assert lc.act_constexprs(lc.ACT_CODES["swiglu_clamp"]) == dict(ACT=2, ACT_LIMIT=7.0, ACT_ALPHA=1.702)
     with pytest.raises(ValueError, match="unknown activation code 3"):
@@ -281,8 +305,8 @@ def test_the_activation_is_the_one_pass_kernels_gpu(scheme, precision, mode, gpu
 @pytest.mark.parametrize("scheme", ["w_mxfp4", "nvfp4", "w_mxfp8"])
 def test_the_activation_at_prefill_tiles_is_the_one_pass_kernels_gpu(scheme, gpu_device):
     """The prefill launches (BLOCK_M 128: the transposed product on MXFP4,
-    whose activation is the split-sum pass's, 64 x 64 under scale order "n";
-    the epilogue's on NVFP4 and MXFP8) on 2048 pairs of 8 experts, I = 192
+    its epilogue's rows gate and up of 8 outputs in turn, 64 x 64 under scale
+    order "n"; untransposed on NVFP4 and MXFP8) on 2048 pairs of 8 experts, I = 192
     and K = 2048 (scale rows of 64 bytes) or 2880 (gpt-oss-120b's K: "n"
     for MXFP4), in precision "bf16", mode "fused"."""
     g = torch.Generator(device=gpu_device).manual_seed(7)
