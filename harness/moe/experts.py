@@ -77,6 +77,13 @@ def _grouped_gemm_unfused(x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -
     return out
 
 
+def check_hidden(where: str, hidden: torch.Tensor, hidden_size: int) -> None:
+    """hidden is a float tensor [T, H] of the layer's H (a shape check: no host sync)."""
+    if hidden.dim() != 2 or hidden.shape[1] != hidden_size or not hidden.dtype.is_floating_point:
+        raise ValueError(f"{where}: hidden must be a float tensor [T, H={hidden_size}], got {hidden.dtype} "
+                         f"{list(hidden.shape)}")
+
+
 def check_apply_inputs(hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
                        hidden_size: int) -> None:
     """apply()'s inputs are what its kernels index by: hidden [T, H] float, topk_weights [T, k] float and
@@ -85,11 +92,9 @@ def check_apply_inputs(hidden: torch.Tensor, topk_weights: torch.Tensor, topk_id
     expert and the fused GEMM reads weights that are not there (NaN or another tensor's bytes). The shapes
     cost nothing to check. The ids' values: by `torch._assert_async`, no host sync (the CPU raises its
     message at once; CUDA fails the stream with a device-side assert); not while a CUDA graph is captured,
-    where the graph would record the check's launches for every replay (the layer's own routing, over router
+    where the graph would replay the check's five small launches every time (the layer's own routing, over router
     logits whose width FusedMoE.forward checks, gives ids in range by construction)."""
-    if hidden.dim() != 2 or hidden.shape[1] != hidden_size or not hidden.dtype.is_floating_point:
-        raise ValueError(f"experts.apply: hidden must be a float tensor [T, H={hidden_size}], got {hidden.dtype} "
-                         f"{list(hidden.shape)}")
+    check_hidden("experts.apply", hidden, hidden_size)
     T = hidden.shape[0]
     if topk_ids.dim() != 2 or topk_ids.shape[0] != T or topk_ids.shape[1] < 1:
         raise ValueError(f"experts.apply: topk_ids must be [T={T}, k], got {list(topk_ids.shape)}")

@@ -11,7 +11,7 @@ from harness.moe import quantize_input, routing
 from harness.moe.activations import get_activation
 from harness.moe.arch import MoEArch, make_arch
 from harness.moe.config import MoEQuantConfig
-from harness.moe.experts import ExpertsBase, UnquantizedExperts, _grouped_gemm_unfused, make_experts
+from harness.moe.experts import ExpertsBase, UnquantizedExperts, _grouped_gemm_unfused, check_hidden, make_experts
 from harness.moe.schemes import get_scheme
 
 
@@ -72,10 +72,8 @@ class FusedMoE(torch.nn.Module):
     def _check_inputs(self, hidden: torch.Tensor, router_logits: torch.Tensor) -> None:
         """hidden [T, H] and router_logits [T, E] of this layer's H and E (shapes only: no host sync). Logits of
         another width would route to ids past the last expert, or never to the last ones, and compute."""
-        E, H = self.experts.num_experts, self.experts.hidden_size
-        if hidden.dim() != 2 or hidden.shape[1] != H or not hidden.dtype.is_floating_point:
-            raise ValueError(f"FusedMoE.forward: hidden must be a float tensor [T, H={H}], got {hidden.dtype} "
-                             f"{list(hidden.shape)}")
+        E = self.experts.num_experts
+        check_hidden("FusedMoE.forward", hidden, self.experts.hidden_size)
         T = hidden.shape[0]
         if tuple(router_logits.shape) != (T, E) or not router_logits.dtype.is_floating_point:
             raise ValueError(f"FusedMoE.forward: router_logits must be a float tensor [T={T}, E={E}] (one column "

@@ -12,7 +12,7 @@ another width than E route to such ids, or never to the last experts. So:
 * experts.apply refuses hidden, topk_weights and topk_ids of the wrong shape or
   dtype, and any id outside [0, E) (`torch._assert_async`: no host sync, so the
   no-host-work proxy of test_moe_structure still holds), on both backends;
-* ids at the edges (0 and E - 1) still compute, the same bits as before.
+* ids at the edges (0 and E - 1) compute, int16 / int32 ids giving the bits of the same ids as int64.
 
 The CUDA side (a device-side assert in eager mode, no check while a graph is
 captured) is exercised by test_moe_gpu.py.
