@@ -9,7 +9,11 @@ import torch
 def capture_forward(fn, *static_inputs, warmup: int = 2):
     """Capture fn(*static_inputs) in a CUDA graph. Returns (replay, static_out):
     replay() re-runs the graph and returns static_out (overwrite the static
-    input tensors in place to feed new data)."""
+    input tensors in place to feed new data). replay holds the static inputs
+    (replay.static_inputs): the graph reads their memory at every replay, so
+    a caller that passed temporaries (`capture_forward(moe, x.clone(), ...)`)
+    must not have that memory freed and handed to its next allocation, which
+    the replays would then read as their input."""
     if not static_inputs or static_inputs[0].device.type != "cuda":
         raise ValueError("capture_forward needs CUDA tensors")
     stream = torch.cuda.Stream()
@@ -27,6 +31,7 @@ def capture_forward(fn, *static_inputs, warmup: int = 2):
         return static_out
 
     replay.graph = graph
+    replay.static_inputs = static_inputs
     return replay, static_out
 
 

@@ -373,6 +373,31 @@ def test_decode_layer_with_tied_router_logits_replays_bitwise(T):
     assert torch.equal(replay().view(torch.int16), one.view(torch.int16))
 
 
+def test_a_capture_of_temporaries_replays_on_its_inputs():
+    """capture_forward handed inputs no caller holds (clones passed straight in, as the bench and the A/B tools
+    do): after the caller allocates tensors of the inputs' sizes, filled with other values (what would take the
+    freed inputs' memory), every replay still gives the eager bits of the inputs it was captured on (the fused
+    backend: its graph replays are bitwise its eager forward)."""
+    import harness.moe as hm
+
+    dev = torch.device("cuda")
+    g = torch.Generator().manual_seed(12)
+    E, H, I, T, k = 16, 256, 128, 64, 4
+    w13, w2 = torch.randn(E, 2 * I, H, generator=g) * 0.05, torch.randn(E, H, I, generator=g) * 0.05
+    moe = hm.build_emulated_moe("w_mxfp4", w13.to(dev), w2.to(dev), top_k=k, backend="fused")
+    x = torch.randn(T, H, generator=g).to(dev, torch.bfloat16)
+    lg = torch.randn(T, E, generator=g).to(dev)
+    with torch.no_grad():
+        one = moe(x, lg)
+        replay, _ = capture_forward(moe, x.clone(), lg.clone())
+        outs = [replay().clone()]
+        others = [torch.full_like(x, 7.0), torch.full_like(lg, -3.0), torch.full_like(x, -5.0)]
+        outs += [replay().clone() for _ in range(2)]
+    assert all(float(o.abs().max()) > 0 for o in others)
+    for i, o in enumerate(outs):
+        assert torch.equal(o.view(torch.int16), one.view(torch.int16)), f"replay {i}"
+
+
 _BAD_ID_SCRIPT = """
 import sys, torch
 from harness.moe.layer import build_emulated_moe
