@@ -58,13 +58,12 @@ def _placed(side: str):
         fused_gemm.moe_gemm, launch_config.act_in_epilogue = gemm, rule
 
 
-def _ab(sides, run, placed=_placed) -> tuple:
-    """`run(side)` -> (ms, output) for each of the two sides, ROUNDS interleaved, each inside `placed(side)`:
-    medians, rounds, bitwise equal."""
+def _ab(sides, run) -> tuple:
+    """`run(side)` -> (ms, output) for each of the two sides, ROUNDS interleaved: medians, rounds, bitwise equal."""
     times, outs = {s: [] for s in sides}, {}
     for _ in range(ROUNDS):
         for s in sides:
-            with placed(s):
+            with _placed(s):
                 ms, outs[s] = run(s)
             times[s].append(ms)
     a, b = sides
@@ -99,9 +98,7 @@ def _gemm_rows(shape, a, dev) -> list:
     return rows
 
 
-def forward_rows(shape, a, dev, placed=_placed) -> list:
-    """The layer's forward as `bench moe` builds it (silu, no bias), its CUDA graph replayed, A/B of a.sides
-    placed by `placed` (a.schemes, a.tokens, a.seed)."""
+def _forward_rows(shape, a, dev) -> list:
     E, k, H, inter = SHAPES[shape]
     g = torch.Generator(device=dev).manual_seed(a.seed)
     w13 = (torch.randn(E, 2 * inter, H, generator=g, device=dev) * H ** -0.5).to(torch.bfloat16)
@@ -119,7 +116,7 @@ def forward_rows(shape, a, dev, placed=_placed) -> list:
                 replay, _ = capture_forward(moe, x.clone(), lg.clone())  # captured under the side's placement
                 return round(limits.median_cuda_ms(replay, 20), 4), replay().clone()
             with torch.no_grad():
-                rows.append(dict(shape=shape, what="forward", scheme=scheme, T=T, **_ab(a.sides, run, placed)))
+                rows.append(dict(shape=shape, what="forward", scheme=scheme, T=T, **_ab(a.sides, run)))
             print(rows[-1], flush=True)
     return rows
 
@@ -145,6 +142,6 @@ if __name__ == "__main__":
     import sys
 
     def sweep(shape, a, dev):
-        return (_gemm_rows if a.what == "gemm" else forward_rows)(shape, a, dev)
+        return (_gemm_rows if a.what == "gemm" else _forward_rows)(shape, a, dev)
 
     sys.exit(main("tools.act_placement", __doc__.splitlines()[0], sweep, _args))

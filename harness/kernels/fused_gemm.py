@@ -48,8 +48,7 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
              config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
              x_row_div: int = 1, bias: Optional[torch.Tensor] = None,
              row_scale: Optional[torch.Tensor] = None, x_scaled: bool = False, act: Optional[str] = None,
-             act_dtype: torch.dtype = torch.float32, combine: int = 0,
-             combine_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+             act_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """See _moe_gemm_impl. Launched through the custom op moe_harness::moe_gemm,
     opaque to torch.compile (dynamo cannot trace Triton's launcher state), so
     compiled forwards keep one graph; a launch override `config` (tuning
@@ -58,14 +57,13 @@ def moe_gemm(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, precision:
     if config is not None:
         return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m,
                               config=config, mode=mode, layout=layout, x_row_div=x_row_div, bias=bias,
-                              row_scale=row_scale, x_scaled=x_scaled, act=act, act_dtype=act_dtype,
-                              combine=combine, combine_dtype=combine_dtype)
+                              row_scale=row_scale, x_scaled=x_scaled, act=act, act_dtype=act_dtype)
     rows, block_expert, bm = layout if layout is not None else (None, None, block_m or 0)
     code = _act_code(act, act_dtype, fw.N)
     return _moe_gemm_op(x, ids, fw.data, fw.scales, fw.gscale, a_gscale, fw.kind,
                         fw.fmt or "", fw.E, fw.N, fw.K, precision, bm, mode, rows, block_expert, x_row_div,
                         bias, row_scale, fw.word_order, fw.plain_scales, bool(x_scaled), code,
-                        act_dtype == torch.bfloat16, fw.k_over, combine, combine_dtype)
+                        act_dtype == torch.bfloat16, fw.k_over)
 
 
 def _act_code(act: Optional[str], act_dtype: torch.dtype, n: int) -> int:
@@ -88,8 +86,7 @@ def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales:
                  block_expert: Optional[torch.Tensor] = None, x_row_div: int = 1,
                  bias: Optional[torch.Tensor] = None, row_scale: Optional[torch.Tensor] = None,
                  word_order: str = "k", plain_scales: bool = False, x_scaled: bool = False, act: int = 0,
-                 act_bf16: bool = False, k_over: int = 0, combine: int = 0,
-                 combine_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+                 act_bf16: bool = False, k_over: int = 0) -> torch.Tensor:
     fw = FusedWeights(kind, data, scales, gscale, fmt or None, E, N, K, word_order)
     fw.plain_scales = plain_scales  # the flags of the FusedWeights moe_gemm took these tensors from
     fw.k_over = k_over
@@ -97,17 +94,13 @@ def _moe_gemm_op(x: torch.Tensor, ids: torch.Tensor, data: torch.Tensor, scales:
     name = ACT_NAMES.get(act)
     return _moe_gemm_impl(x, ids, fw, precision=precision, a_gscale=a_gscale, block_m=block_m or None, mode=mode,
                           layout=layout, x_row_div=x_row_div, bias=bias, row_scale=row_scale, x_scaled=x_scaled,
-                          act=name, act_dtype=torch.bfloat16 if act_bf16 else torch.float32, combine=combine,
-                          combine_dtype=combine_dtype)
+                          act=name, act_dtype=torch.bfloat16 if act_bf16 else torch.float32)
 
 
 @_moe_gemm_op.register_fake
 def _moe_gemm_fake(x, ids, data, scales, gscale, a_gscale, kind, fmt, E, N, K, precision, block_m, mode,
                    rows=None, block_expert=None, x_row_div=1, bias=None, row_scale=None, word_order="k",
-                   plain_scales=False, x_scaled=False, act=0, act_bf16=False, k_over=0, combine=0,
-                   combine_dtype=torch.bfloat16):
-    if combine:
-        return x.new_empty((ids.shape[0] // combine, N), dtype=combine_dtype)
+                   plain_scales=False, x_scaled=False, act=0, act_bf16=False, k_over=0):
     if act:
         return x.new_empty((ids.shape[0], N // 2), dtype=torch.bfloat16 if act_bf16 else torch.float32)
     return x.new_empty((ids.shape[0], N), dtype=torch.float32)
@@ -123,8 +116,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
                    config: Optional[dict] = None, mode: str = "auto", layout: Optional[tuple] = None,
                    x_row_div: int = 1, bias: Optional[torch.Tensor] = None,
                    row_scale: Optional[torch.Tensor] = None, x_scaled: bool = False, act: Optional[str] = None,
-                   act_dtype: torch.dtype = torch.float32, combine: int = 0,
-                   combine_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+                   act_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """x [P / x_row_div, K] float32, ids [P] int64 expert of each pair -> [P,
     N] float32 = x[p // x_row_div] @ W[ids[p]].T (GEMM1 passes the tokens
     and top_k: no [P, K] copy of x); then, where given, + bias[ids[p]] (bias
@@ -143,14 +135,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     or bfloat16) = act(gate, up) of that result, the bits of the activation
     pass (fused_act) on it rounded once to act_dtype: in the kernel's
     epilogue where the launch holds the bias and row scale (one split, the
-    bias not after a post factor), else in the split-sum pass. combine = k
-    (GEMM2, no act; pairs p = token * k + j): returns [P / k, N] in
-    combine_dtype (SUM_DTYPES) = each token's k rows of that result summed
-    in slot order from +0.0, rounded once: fused_act.topk_sum's bits, in
-    the kernel's epilogue where the launch holds the bias and row scale and
-    launch_config.combine_in_epilogue allows (CUDA: bf16 GEMMs at BLOCK_M 64
-    and up, a bf16 output; the interpreter: a float32 one), else that pass
-    after it (a GPU pass: the interpreter refuses a launch that cannot).
+    bias not after a post factor), else in the split-sum pass.
 
     mode "fused": dequant inside the GEMM's K loop (each weight tile is decoded
     once per BLOCK_M rows of its expert). "predequant": the same kernel's
@@ -175,12 +160,11 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     if row_scale is not None and (row_scale.dtype != torch.float32 or tuple(row_scale.shape) != (P,)):
         raise ValueError(f"row_scale must be float32 [P] = [{P}], got {row_scale.dtype} {tuple(row_scale.shape)}")
     code = _act_code(act, act_dtype, fw.N)
-    interpret = vendor == "interpreter"
-    _check_combine(combine, combine_dtype, P, code, interpret)
     n_out = fw.N // 2 if code else fw.N
     out = torch.empty(P, n_out, dtype=act_dtype if code else torch.float32, device=x.device)
     if P == 0:
-        return out if not combine else torch.empty(0, fw.N, dtype=combine_dtype, device=x.device)
+        return out
+    interpret = vendor == "interpreter"
     bf16 = precision == "bf16"
     two_level = fw.kind == 1 and fw.two_level
     post = bf16 and two_level  # 1/(gs_w[e] gs_a) after the dot
@@ -211,7 +195,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     xk = xk.contiguous()
     if K == 0:  # the empty sum: the kernel takes at least one K step (its tl.assume), so none is launched
         part = torch.zeros(1, P, fw.N, dtype=torch.float32, device=x.device)
-        return _combined(_split_sum(part, out, ids, bias, row_scale, interpret, code), combine, combine_dtype)
+        return _split_sum(part, out, ids, bias, row_scale, interpret, code)
     if layout is not None:  # (rows, block_expert, block_m) of pair_layout, shared by both GEMMs
         rows, block_expert, bm = layout
     else:
@@ -228,7 +212,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
                         row_scale=row_scale is not None, override=config, word_order=run_fw.word_order,
                         plain_scales=run_fw.plain_scales, scale_order=run_fw.scale_order or "k",
                         cuda_cc=torch.cuda.get_device_capability(x.device) if vendor == "cuda" else None, act=code,
-                        k_read=run_fw.k_read, combine=combine > 0 and (interpret or combine_dtype == torch.bfloat16))
+                        k_read=run_fw.k_read)
     n_tiles = triton_cdiv(n_out, cfg.BLOCK_N // 2) if cfg.ACT else triton_cdiv(fw.N, cfg.BLOCK_N)
     splits = cfg.SPLIT_K
     # Split-K partials land in [splits, P, N] and are summed in split order
@@ -246,50 +230,18 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     sc = run_fw.scales
     bias_k = bias.contiguous() if cfg.HAS_BIAS else dummy
     rs_k = row_scale.contiguous() if cfg.ROW_SCALE else dummy
-    comb, cnt, k_comb = dummy, block_expert, 0  # the combine's output and counters (COMBINE only)
-    if cfg.COMBINE:
-        comb = torch.empty(P // combine, fw.N, dtype=combine_dtype, device=x.device)
-        cnt = torch.zeros(P // combine * n_tiles, dtype=torch.int32, device=x.device)
-        k_comb = combine
     args = (xk, rows, block_expert, run_fw.data, sc if sc is not None else dummy,
             fw.gscale if two_level else dummy, g.reshape(1) if g is not None else dummy, part, bias_k, rs_k,
             n_out if cfg.ACT else fw.N, K,
             xk.stride(0), part.stride(-2),
             run_fw.data.stride(0), run_fw.data.stride(1), sc.stride(0) if sc is not None else 0,
             sc.stride(1) if sc is not None else 0, sc.stride(2) if sc is not None else 0, cfg.SPLIT_BLOCKS, P * fw.N,
-            x_row_div, comb, cnt, k_comb)
+            x_row_div)
     run_kernel(_kernel(interpret), grid, args, cfg.meta(), interpret)
-    if cfg.COMBINE:
-        return comb
     if not direct:  # the split sum, bias (after a post factor: never contracted with it), row scale, activation
-        out = _split_sum(part, out, ids, bias if not cfg.HAS_BIAS else None,
-                         row_scale if not cfg.ROW_SCALE else None, interpret, code)
-    return _combined(out, combine, combine_dtype)
-
-
-def _check_combine(combine: int, dtype: torch.dtype, pairs: int, act: int, interpret: bool) -> None:
-    """moe_gemm's combine = k (0: none): GEMM2's rows, k dividing the pairs, an output dtype of SUM_DTYPES."""
-    if not combine:
-        return
-    if not isinstance(combine, int) or combine < 1 or pairs % combine:
-        raise ValueError(f"moe_gemm combine: top-k {combine!r} must be an int >= 1 dividing the {pairs} pairs")
-    if act:
-        raise ValueError("moe_gemm combine sums GEMM2's rows: not with an activation (GEMM1)")
-    if dtype not in fused_act.SUM_DTYPES:
-        raise ValueError(f"moe_gemm combine writes one of {fused_act.SUM_DTYPES}, got {dtype}")
-    if interpret and dtype != torch.float32:
-        # The interpreter rounds float32 to bf16 by truncation (see act_dtype)
-        raise ValueError(f"moe_gemm combine on the Triton interpreter (CPU) writes float32 only, got {dtype}")
-
-
-def _combined(h: torch.Tensor, combine: int, dtype: torch.dtype) -> torch.Tensor:
-    """h [P, N] float32 -> each token's top-k sum in dtype by fused_act's pass (a GPU kernel), or h (combine 0)."""
-    if not combine:
-        return h
-    if not h.is_cuda:
-        raise ValueError("moe_gemm combine on the Triton interpreter needs a launch that sums in its epilogue (one "
-                         "K split, the bias and row scale in the kernel)")
-    return fused_act.topk_sum(h, combine, dtype)
+        return _split_sum(part, out, ids, bias if not cfg.HAS_BIAS else None,
+                          row_scale if not cfg.ROW_SCALE else None, interpret, code)
+    return out
 
 
 def _split_kernel(interpret: bool):
@@ -332,7 +284,7 @@ def _dequantize(fw: FusedWeights, dtype: torch.dtype, config: Optional[dict] = N
     args = (out, out, out, fw.data, sc, gs, out, out, out, out, fw.N, fw.K, out.stride(0), out.stride(1),
             fw.data.stride(0), fw.data.stride(1), sc.stride(0) if fw.scales is not None else 0,
             sc.stride(1) if fw.scales is not None else 0, sc.stride(2) if fw.scales is not None else 0,
-            cfg.SPLIT_BLOCKS, 0, 1, out, out, 0)
+            cfg.SPLIT_BLOCKS, 0, 1)
     run_kernel(_kernel(vendor == "interpreter"), grid, args, cfg.meta(), vendor == "interpreter")
     return out
 

@@ -133,33 +133,6 @@ def _block_mult(sc, gs_w, TWO_LEVEL: tl.constexpr, RAW_S: tl.constexpr, S_MBITS:
 
 
 @triton.jit
-def _topk_combine(h_ptr, comb_ptr, cnt_ptr, topk, rows, rmask, offs_n, nmask, pid_n, stride_h, N,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """After a tile stored its rows of h [P, N] float32 (pair p = token *
-    topk + j): each of its tokens whose topk rows of this N-tile are now all
-    written gets comb[token] = ((+0 + h[t topk]) + h[t topk + 1]) + ... in
-    float32, rounded once to comb's dtype: the bits of fused_act's
-    topk_sum_kernel. A counter per (token, N-tile), zero before the launch,
-    counts the rows written; the tile whose increment takes it to topk does
-    the sum. Each tile's stores come before its increments (a CTA barrier,
-    then acq_rel atomics at GPU scope, whose release covers what the barrier
-    ordered), and the summing tile's loads come after its increment's
-    acquire (a barrier, then loads that bypass L1), so it reads every row as
-    its writer left it. No tile waits on another: no order of tiles can hang."""
-    tl.debug_barrier()
-    tok = rows // topk
-    seen = tl.atomic_add(cnt_ptr + tok * tl.num_programs(1) + pid_n, 1, mask=rmask, sem="acq_rel", scope="gpu")
-    last = rmask & (seen == topk - 1)
-    tl.debug_barrier()
-    mask = last[:, None] & nmask[None, :]
-    at = h_ptr + (tok * topk)[:, None] * stride_h + offs_n[None, :]
-    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
-    for j in range(topk):
-        acc += tl.load(at + j * stride_h, mask=mask, other=0.0, cache_modifier=".cg")
-    tl.store(comb_ptr + tok[:, None] * N + offs_n[None, :], acc.to(comb_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
 def _moe_gemm_kernel(
     x_ptr, rows_ptr, block_expert_ptr, w_ptr, scale_ptr, wgs_ptr, gs_ptr, out_ptr,
     bias_ptr, row_scale_ptr,  # HAS_BIAS: bias [E, N] float32 (row stride N); ROW_SCALE: [pairs] float32
@@ -170,9 +143,6 @@ def _moe_gemm_kernel(
     stride_me, stride_mn, stride_mb,
     SPLIT_BLOCKS, stride_os,  # split-K: program_id(2) sums BLOCK_Ks [pid*SPLIT_BLOCKS, +SPLIT_BLOCKS) into out + pid*stride_os
     x_row_div,  # pair p reads row p // x_row_div of x (GEMM1: x holds tokens, p = token * top_k + j)
-    # COMBINE: the top-k sum of each token's rows (pair p = token * topk + j) into comb [P / topk, N], done by the
-    # tile that writes a token's last row of an N-tile; cnt [P / topk, N-tiles] int32 zeros counts the rows written
-    comb_ptr, cnt_ptr, topk,
     KIND: tl.constexpr,  # 0 float weights, 1 element codes
     PACKED: tl.constexpr,  # e2m1 codes eight per int32 word (fp4_words.py), stored as its bytes
     MMA_ORDER: tl.constexpr,  # PACKED words in fp4_words' "mma" word order (else "k")
@@ -226,8 +196,6 @@ def _moe_gemm_kernel(
     # gate (row n) then up (row N + n). A tile takes BLOCK_N // 2 gate rows and the same up rows and stores their
     # act(gate, up) in the output's dtype, where the GEMM alone would store [P, 2N] float32 for a pass to read
     ACT: tl.constexpr = 0, ACT_LIMIT: tl.constexpr = 0.0, ACT_ALPHA: tl.constexpr = 0.0,
-    # after the row scale (one split): each token's top-k sum, _topk_combine (launch_config.combine_in_epilogue)
-    COMBINE: tl.constexpr = False,
 ):
     # BLOCK_K is a multiple of QBLOCK; K % QBLOCK == 0 for quantized weights.
     BYTES_E2M1: tl.constexpr = BYTE_DECODE and FAST_DECODE and SPECIALS == 0 and WIDTH == 4
@@ -449,10 +417,6 @@ def _moe_gemm_kernel(
         else:
             tl.store(out_ptr + pid_k.to(tl.int64) * stride_os + rows_safe[:, None] * stride_om + offs_n[None, :],
                      acc, mask=rmask[:, None] & nmask[None, :])
-            if COMBINE:
-                tl.static_assert(not ACT, "COMBINE: GEMM2's rows, no activation")
-                _topk_combine(out_ptr, comb_ptr, cnt_ptr, topk, rows_safe, rmask, offs_n, nmask, pid_n, stride_om, N,
-                              BLOCK_M, BLOCK_N)
 
 
 @triton.jit

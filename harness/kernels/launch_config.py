@@ -236,7 +236,6 @@ class LaunchConfig:
     HAS_BIAS: bool  # the epilogue adds the expert's bias row (else the split-sum pass after it does)
     ROW_SCALE: bool  # the epilogue multiplies each pair's row by its weight (else the split-sum pass does)
     ACT: int  # the activation the epilogue applies after them (ACT_CODES; 0: none, or a pass after the GEMM)
-    COMBINE: bool  # the epilogue sums each token's top-k rows after the row scale (else a pass after the GEMM)
     DEQUANT_ONLY: bool
     BLOCK_M: int
     BLOCK_N: int
@@ -272,8 +271,6 @@ class LaunchConfig:
                    BLOCK_M=self.BLOCK_M, MMA_ORDER=self.MMA_ORDER, **format_constexprs(self.KIND, self.fmt))
         out.update((k, getattr(self, k)) for k in _LAUNCH_KEYS if getattr(self, k) is not None)
         out.update(act_constexprs(self.ACT))  # only where it acts: other launches keep their keys
-        if self.COMBINE:
-            out["COMBINE"] = True
         if self.FOLD_BIAS and self.RAW_S:  # NVFP4's folded multiplier (only there: other launches keep their keys)
             out["S_FOLD_EXP"] = fold_exp(hf.get_format(self.fmt))
             if self.S_CVT:
@@ -515,19 +512,6 @@ def act_in_epilogue(swap_mn, block_m: int) -> bool:
     return not swap_mn or block_m >= LARGE_BLOCK_M
 
 
-def combine_in_epilogue(vendor: str, bf16: bool, block_m: int) -> bool:
-    """Whether a GEMM launch that holds the row scale (one split) sums each
-    token's top-k rows in its epilogue (COMBINE; fused_gemm_src._topk_combine),
-    else fused_act's topk_sum pass after it does: on CUDA in the bf16 GEMMs
-    at BLOCK_M 64 and up (prefill: a tile's rows still in L2 when a token's
-    last row lands), and in the interpreter (its tests). ROCm keeps the pass:
-    gfx942's L2 is one per XCD, so the rows' visibility rests on cache
-    write-back and invalidation that no test here runs."""
-    if vendor == "interpreter":
-        return True
-    return vendor == "cuda" and bf16 and block_m >= LARGE_BLOCK_M
-
-
 def k_tail(n: int, k: int, block_n: int, block_k: int) -> bool:
     """Whether a GEMM launch takes K_TAIL (the dequant pass, not timed with
     it, masks every BLOCK_K): N without a tail of BLOCK_N, K with one of
@@ -559,7 +543,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                   bias: bool = False, row_scale: bool = False, override: Optional[Mapping] = None,
                   word_order: str = "k", plain_scales: bool = False,
                   cuda_cc: Optional[tuple] = None, scale_order: str = "k", act: int = 0,
-                  k_read: Optional[int] = None, combine: bool = False) -> LaunchConfig:
+                  k_read: Optional[int] = None) -> LaunchConfig:
     """The launch configuration of one launch (LAUNCHES) on `vendor` (VENDORS).
 
     kind: the weights it reads (0 float, 1 element codes of `fmt`); bf16: tl.dot
@@ -589,10 +573,7 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
     split-sum pass after the GEMM does. k_read: the K each weight row may
     be read to (FusedWeights.k_read; None: k), finite weights past k: a
     multiple of the row's BLOCK_K lets a GEMM launch take K_OVERREAD, and of
-    "large_long_k"'s lets a long K loop take that row. combine: the caller
-    wants each token's top-k rows summed after the row scale; the epilogue
-    does it (COMBINE) where it holds the row scale (and the bias, if asked
-    for), with no activation, and combine_in_epilogue allows."""
+    "large_long_k"'s lets a long K loop take that row."""
     if launch not in LAUNCHES:
         raise ValueError(f"unknown launch {launch!r}; expected one of {', '.join(LAUNCHES)}")
     if vendor not in VENDORS:
@@ -703,8 +684,6 @@ def select_launch(launch: str, vendor: str, *, kind: int, n: int, k: int, fmt: O
                         # for), and not in the transposed product's decode rows (act_in_epilogue)
                         ACT=act if (one_split and (in_bias or not bias) and (in_rs or not row_scale)
                                     and act_in_epilogue(cfg["SWAP_MN"], bm)) else 0,
-                        COMBINE=bool(combine and not act and one_split and (in_bias or not bias)
-                                     and (in_rs or not row_scale) and combine_in_epilogue(vendor, bf16, bm)),
                         RAW_S=bf16 and kind == 1 and hf.get_format(fmt).is_two_level,
                         DEQUANT_ONLY=dequant, BLOCK_M=bm, **cfg, MMA_ORDER=mma_order, EVEN_NK=even_nk,
                         K_TAIL=bool(tail), K_OVERREAD=True if over else None,

@@ -205,16 +205,13 @@ class ExpertsBase(torch.nn.Module):
         return xq
 
     def _gemm(self, x, ids, which: int, w_unfused, layout=None, x_row_div: int = 1, bias=None, row_scale=None,
-              x_scaled: bool = False, act=None, act_dtype=torch.float32, top_k_sum: int = 0,
-              combine_dtype=torch.bfloat16):
+              x_scaled: bool = False, act=None, act_dtype=torch.float32):
         """The expert GEMM `which` (0: w13, 1: w2) of the pairs, + bias[ids]
         where given; row_scale (fused only: the kernel's epilogue or the
         same torch multiply) times each pair's row. x_scaled (fused only):
         x is the QDQ's bf16 output with the global scale put back. act
         (fused only): the activation of GEMM1's gate and up, applied by the
-        GEMM's launches (moe_gemm's act), its result in act_dtype. top_k_sum
-        (fused only): each token's top-k sum of the rows (moe_gemm's
-        combine), in combine_dtype."""
+        GEMM's launches (moe_gemm's act), its result in act_dtype."""
         if self.backend == "fused":
             a_gscale = None
             if self.scheme.two_level:
@@ -222,9 +219,9 @@ class ExpertsBase(torch.nn.Module):
             return fused_gemm.moe_gemm(x, ids, self._kernel_weights[which], precision=self._precision(x.device),
                                        a_gscale=a_gscale, mode=self.fused_mode, layout=layout, x_row_div=x_row_div,
                                        bias=bias, row_scale=row_scale, x_scaled=x_scaled, act=act,
-                                       act_dtype=act_dtype, combine=top_k_sum, combine_dtype=combine_dtype)
-        if row_scale is not None or act is not None or top_k_sum:
-            raise ValueError("row_scale, act and combine are the fused backend's epilogue")
+                                       act_dtype=act_dtype)
+        if row_scale is not None or act is not None:
+            raise ValueError("row_scale and act are the fused backend's epilogue")
         if x_row_div != 1:
             x = x.repeat_interleave(x_row_div, dim=0)
         return _add_bias(_grouped_gemm_unfused(x, ids, w_unfused[which]), bias, ids)
@@ -276,17 +273,15 @@ class ExpertsBase(torch.nn.Module):
             g = act(h1)
         a = self.quantize_activation(g, self.a2_input_scale(), scale_out=scaled)
         # the router weights: in GEMM2's epilogue (fused, no trace: the trace keeps h2 as it is), else the
-        # same float32 multiply here; either way the slot-order top-k sum of the products (harness.moe.combine):
-        # on the GPU GEMM2's launches do it (moe_gemm's combine: its epilogue, or the one-pass kernel after it)
+        # same float32 multiply here; either way the slot-order top-k sum of the products (harness.moe.combine)
         tw = topk_weights.to(torch.float32)
         in_gemm = self.backend == "fused" and self.trace is None
-        k_sum = k if in_gemm and hidden.is_cuda and hidden.dtype in fused_act.SUM_DTYPES else 0
         h2 = self._gemm(a, ids, 1, w, layout, bias=self.w2_bias, row_scale=tw.reshape(-1) if in_gemm else None,
-                        x_scaled=scaled, top_k_sum=k_sum, combine_dtype=hidden.dtype)
-        if k_sum:  # the same bits as combine.topk_sum below
-            return h2
+                        x_scaled=scaled)
         if self.trace is not None:
             self.trace.update(a1=x, h1=h1, a2_in=g, a2=a, h2=h2)
+        if in_gemm and h2.is_cuda and hidden.dtype in fused_act.SUM_DTYPES:  # the same bits in one pass
+            return fused_act.topk_sum(h2, k, hidden.dtype)
         hw = h2.reshape(T, k, H) if in_gemm else h2.reshape(T, k, H) * tw.unsqueeze(-1)
         return combine.topk_sum(hw, hidden.dtype)
 
