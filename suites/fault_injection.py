@@ -787,15 +787,24 @@ FAULTS += [
      ["suites/properties/test_kernels_moe_align.py::test_pair_layout_picks_its_builder_by_size"]),
 ]
 
-# nvfp4's QDQ written for the bf16 GEMM: bf16(x_qdq * gs_a) in one pass (scale_out), taken as it is (x_scaled).
+# Each block-format QDQ written as the bf16 GEMM's operand in one pass (bf16_operand): MX, the float32 QDQ
+# rounded once; nvfp4, bf16(x_qdq * gs_a), which the GEMM takes as it is (x_scaled).
 FAULTS += [
-    ("qdq scale_out: the global scale not put back", "harness/kernels/triton_src.py",
+    ("qdq bf16_operand: nvfp4's global scale not put back", "harness/kernels/triton_src.py",
      "        v = v * gs\n", "        v = v\n",
-     [P + "test_kernels.py::test_qdq_scale_out_is_the_two_ops"]),
-    ("qdq scale_out (torch path): the QDQ rounded to the input dtype first", "harness/moe/ops.py",
+     [P + "test_kernels.py::test_qdq_bf16_operand_is_the_ops"]),
+    ("qdq bf16_operand: the output allocated in the input's dtype", "harness/kernels/launch.py",
+     "y = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)",
+     "y = torch.empty(x.shape, dtype=x.dtype, device=x.device)",
+     [P + "test_kernels.py::test_qdq_bf16_operand_is_the_ops"]),
+    ("qdq bf16_operand (torch path): nvfp4's QDQ rounded to the input dtype first", "harness/moe/ops.py",
      "(_torch_qdq(x.to(torch.float32), fmt, scale_mode, rounding, g) * g)",
      "(_torch_qdq(x, fmt, scale_mode, rounding, g) * g)",
-     [P + "test_kernels.py::test_qdq_scale_out_is_the_two_ops"]),
+     [P + "test_kernels.py::test_qdq_bf16_operand_is_the_ops"]),
+    ("qdq bf16_operand (torch path): an MX QDQ rounded to the input dtype first", "harness/moe/ops.py",
+     "_torch_qdq(x.to(torch.float32), fmt, scale_mode, rounding, None).to(torch.bfloat16)",
+     "_torch_qdq(x, fmt, scale_mode, rounding, None).to(torch.bfloat16)",
+     [P + "test_kernels.py::test_qdq_bf16_operand_is_the_ops"]),
     ("experts: nvfp4's scaled QDQ output handed to the GEMM as values (GPU)", "harness/moe/experts.py",
      "x_scaled=scaled1,  # pair p", "x_scaled=False,  # pair p",
      [P + "test_moe_gpu.py::test_bf16_handoffs_change_no_bit"]),
@@ -805,8 +814,8 @@ FAULTS += [
     ("fused GEMM: a scaled x scaled again (GPU)", "harness/kernels/fused_gemm.py",
      "        if not x_scaled:  # one pass", "        if True:  # one pass",
      [P + "test_moe_gpu.py::test_bf16_handoffs_change_no_bit"]),
-    ("experts: a2's QDQ not written scaled, the GEMM told it is (GPU)", "harness/moe/experts.py",
-     "self.a2_input_scale(), scale_out=scaled)", "self.a2_input_scale(), scale_out=False).to(torch.bfloat16)",
+    ("experts: a2's QDQ written as values, the GEMM told they are scaled (GPU)", "harness/moe/experts.py",
+     "self.a2_input_scale(), bf16_operand=operand)", "self.a2_input_scale(), bf16_operand=False).to(torch.bfloat16)",
      [P + "test_moe_gpu.py::test_bf16_handoffs_change_no_bit"]),
 ]
 

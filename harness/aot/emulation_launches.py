@@ -60,10 +60,13 @@ def qdq_variants(backend=None):
                         types = dict(x_ptr=ptr(dt), y_ptr=ptr(dt), gs_ptr=gs_t, n_blocks="i32", blocks_per_gs="i32")
                         consts = launch.qdq_constants(fmt, mode, rnd, bpp, even, per_row, False)
                         yield _variant(k, _label(fmt, mode, rnd, _DT[dt], even=even, per_row=per_row), types, consts)
-                        if spec.has_global_scale and not per_row:  # scale_out: bf16(qdq(x) * gs), one gs
+                        # api.qdq's bf16_operand: MX, a float32 / float16 x's QDQ written in bf16 (a bf16 x's is
+                        # the launch above); two-level (one global scale), bf16(qdq(x) * gs) from any x
+                        scale_out = spec.has_global_scale and not per_row
+                        if scale_out or (spec.is_mx and dt != torch.bfloat16):
                             types = dict(types, y_ptr=ptr(torch.bfloat16))
-                            consts = launch.qdq_constants(fmt, mode, rnd, bpp, even, per_row, False, True)
-                            name = _label(fmt, mode, rnd, _DT[dt], "scaled_bf16", even=even, per_row=per_row)
+                            consts = launch.qdq_constants(fmt, mode, rnd, bpp, even, per_row, False, scale_out)
+                            name = _label(fmt, mode, rnd, _DT[dt], "bf16_operand", even=even, per_row=per_row)
                             yield _variant(k, name, types, consts)
 
 

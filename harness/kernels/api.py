@@ -48,21 +48,22 @@ def _op_global_scale(spec, global_scale, x: torch.Tensor):
 
 
 def qdq(x, fmt, scale_mode: str = "floor", rounding: str = "rne", global_scale=None, backend: str = "auto",
-        scale_out: bool = False):
+        bf16_operand: bool = False):
     """Quantize then dequantize; same dtype and shape as x (== harness.formats.qdq).
 
-    scale_out (two-level formats, one global scale): bfloat16
-    (harness.formats.qdq(x.float(), ...) * global_scale), rounded once: the
-    QDQ's codes times their block scales, the operand of a bf16 GEMM that
-    applies 1 / global_scale after its dot. One pass, the bits of those ops."""
+    bf16_operand: the QDQ written as a bf16 GEMM's operand, in one pass with
+    the bits of these ops: MX, harness.formats.qdq(x.float(), ...) rounded
+    once to bfloat16 (what the GEMM would round it to); a two-level format
+    (one scalar global scale), that QDQ times global_scale, rounded once: the
+    codes times their block scales, for a GEMM that applies 1 / global_scale
+    after its dot (fused_gemm.moe_gemm's x_scaled)."""
     spec = check_args(x, fmt, scale_mode, rounding, global_scale)
     be = resolve_backend(backend, x.device)
     gs = _op_global_scale(spec, global_scale, x)
-    if scale_out and (spec.is_mx or global_scale is None or gs.numel() != 1):
-        raise ValueError(f"qdq scale_out puts one global scale back: it takes a two-level format and one scalar "
-                         f"global_scale, got {spec.name} with global_scale "
-                         f"{None if global_scale is None else tuple(torch.as_tensor(global_scale).shape)}")
-    return qdq_op(x, gs, spec.name, scale_mode, rounding, be, bool(scale_out))
+    if bf16_operand and not spec.is_mx and (global_scale is None or gs.numel() != 1):
+        raise ValueError(f"qdq bf16_operand puts the global scale back: {spec.name} needs one scalar global_scale, "
+                         f"got {None if global_scale is None else tuple(torch.as_tensor(global_scale).shape)}")
+    return qdq_op(x, gs, spec.name, scale_mode, rounding, be, bool(bf16_operand))
 
 
 def quantize_packed(x, fmt, scale_mode: str = "floor", rounding: str = "rne", global_scale=None,

@@ -129,7 +129,7 @@ def _moe_gemm_impl(x: torch.Tensor, ids: torch.Tensor, fw: FusedWeights, *, prec
     "bf16" (no post factor) x may come as bfloat16, already the operand x
     rounds to: no conversion pass. x_scaled (nvfp4 in "bf16"): x is bfloat16
     already holding bf16(x_qdq * a_gscale), the operand this function would
-    compute (the QDQ wrote it: harness.kernels.api.qdq's scale_out); a_gscale
+    compute (the QDQ wrote it: harness.kernels.api.qdq's bf16_operand); a_gscale
     still gives the post factor. act (GEMM1, weights of N = 2I rows, gate
     then up; launch_config.ACT_CODES): returns [P, I] in act_dtype (float32
     or bfloat16) = act(gate, up) of that result, the bits of the activation

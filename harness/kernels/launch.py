@@ -108,19 +108,20 @@ def _gs_args(gs, n_blocks: int, dummy: torch.Tensor, spec):
 
 
 def qdq(x: torch.Tensor, gs, fmt: str, scale_mode: str, rounding: str, *, scale_out: bool = False,
-        tile_elems=None, num_warps=None):
-    """QDQ of x in x's dtype; with scale_out (api.qdq checks it is a two-level
-    format with one global scale) bf16(fl(qdq(x) * gs)), qdq in float32."""
+        out_dtype=None, tile_elems=None, num_warps=None):
+    """QDQ of x, computed in float32, written in out_dtype (default x's
+    dtype: one rounding); with scale_out (api.qdq checks it is a two-level
+    format with one global scale) fl(qdq(x) * gs) instead."""
     spec = get_format(fmt)
     interpret = x.device.type == "cpu"
-    y = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device) if scale_out else torch.empty_like(x)
+    y = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
     n_blocks = x.numel() // spec.block_size
     if n_blocks == 0:
         return y
     bpp = tile(n_blocks, spec.block_size, interpret, tile_elems)
     gs_t, per_gs, per_row = _gs_args(gs, n_blocks, x, spec)
     consts = qdq_constants(spec.name, scale_mode, rounding, bpp, n_blocks % bpp == 0, per_row,
-                           interpret and (x.dtype == torch.bfloat16 or scale_out), scale_out)
+                           interpret and torch.bfloat16 in (x.dtype, y.dtype), scale_out)
     k = kernels(interpret).qdq_kernel
     _launch(k, n_blocks, bpp, (x, y, gs_t, n_blocks, per_gs), consts, interpret, num_warps)
     return y

@@ -37,20 +37,24 @@ def _rows_view(t: torch.Tensor, gs: Optional[torch.Tensor]):
 
 @torch.library.custom_op(f"{NAMESPACE}::qdq", mutates_args=())
 def qdq_op(x: torch.Tensor, global_scale: Optional[torch.Tensor], fmt: str, scale_mode: str, rounding: str,
-           backend: str, scale_out: bool = False) -> torch.Tensor:
-    """QDQ in x's dtype; scale_out (one global scale): bf16(fl(qdq(x) * gs)), the QDQ in float32."""
+           backend: str, bf16_operand: bool = False) -> torch.Tensor:
+    """QDQ in x's dtype; bf16_operand: the float32 QDQ, times the one global
+    scale of a two-level format, rounded once to bf16 (api.qdq)."""
+    two_level = global_scale is not None and not hf.get_format(fmt).is_mx
     if backend == "triton":
-        return launch.qdq(x.contiguous(), global_scale, fmt, scale_mode, rounding, scale_out=scale_out)
-    if scale_out:
-        g = global_scale.reshape(())
-        return (hf.qdq(x.to(torch.float32), fmt, scale_mode, rounding, g) * g).to(torch.bfloat16)
+        return launch.qdq(x.contiguous(), global_scale, fmt, scale_mode, rounding,
+                          scale_out=bf16_operand and two_level, out_dtype=torch.bfloat16 if bf16_operand else None)
+    if bf16_operand:
+        g = global_scale.reshape(()) if two_level else None
+        y = hf.qdq(x.to(torch.float32), fmt, scale_mode, rounding, g)
+        return (y * g if two_level else y).to(torch.bfloat16)
     xv, gs = _rows_view(x, global_scale)
     return hf.qdq(xv, fmt, scale_mode, rounding, gs).reshape(x.shape)
 
 
 @qdq_op.register_fake
-def _qdq_fake(x, global_scale, fmt, scale_mode, rounding, backend, scale_out=False):
-    return torch.empty_like(x, dtype=torch.bfloat16) if scale_out else torch.empty_like(x)
+def _qdq_fake(x, global_scale, fmt, scale_mode, rounding, backend, bf16_operand=False):
+    return torch.empty_like(x, dtype=torch.bfloat16) if bf16_operand else torch.empty_like(x)
 
 
 # ---------------------------------------------------------------- quantize

@@ -196,12 +196,12 @@ class ExpertsBase(torch.nn.Module):
     def a2_input_scale(self):
         return self.a2_scale if self.a2_scale is not None else self.a2_gscale
 
-    def quantize_activation(self, x: torch.Tensor, scale, scale_out: bool = False) -> torch.Tensor:
+    def quantize_activation(self, x: torch.Tensor, scale, bf16_operand: bool = False) -> torch.Tensor:
         if self.quant_dtype is None:  # weight-only / unquantized: zero QDQ calls
             return x
         xq, _ = quantize_input.moe_kernel_quantize_input(
             x, scale, self.quant_dtype, scale_mode=self.scale_mode, quantization_emulation=True,
-            backend=self.op_backend, scale_out=scale_out)
+            backend=self.op_backend, bf16_operand=bf16_operand)
         return xq
 
     def _gemm(self, x, ids, which: int, w_unfused, layout=None, x_row_div: int = 1, bias=None, row_scale=None,
@@ -235,23 +235,25 @@ class ExpertsBase(torch.nn.Module):
         check_apply_inputs(hidden, topk_weights, topk_ids, self.num_experts, self.hidden_size)
         T, H = hidden.shape
         k = topk_ids.shape[1]
-        # bf16 hand-offs: where the GEMMs take bf16 operands (fused, precision "bf16", no post factor) they
-        # get bf16 tensors (the bits they round to), sparing a conversion pass each: a bf16 hidden as it is
-        # (weight-only), or its MX QDQ computed from it in bf16 (the float32 QDQ rounded once, to nearest
-        # even, as the GEMM would round it); silu's output in bf16 only without an activation QDQ, which
-        # reads the float32 values. nvfp4 (two-level) there: each QDQ writes bf16(x_qdq * gs_a) in its own pass
-        # (scaled), the operand the GEMM would compute from the float32 QDQ, and the GEMM applies 1 / gs_a after
-        # its dot; the QDQ reads a bf16 hidden as it is. With the debug trace on, the float32 intermediates are
-        # kept as they are
+        # bf16 hand-offs: where the GEMMs take bf16 operands (fused, precision "bf16") they get bf16 tensors
+        # (the bits they round to), sparing a conversion pass each: a bf16 hidden as it is (weight-only); silu's
+        # output in bf16 only without an activation QDQ, which reads the float32 values; each block-format
+        # QDQ written as the GEMM's operand in its own pass (bf16_operand): MX, the float32 QDQ rounded once to
+        # nearest even, as the GEMM would round it; nvfp4, bf16(x_qdq * gs_a), the GEMM applying 1 / gs_a after
+        # its dot (x_scaled). The QDQ reads a bf16 hidden as it is. With the debug trace on, the float32
+        # intermediates are kept as they are
         fused_bf16 = self.backend == "fused" and self.trace is None and self._precision(hidden.device) == "bf16"
+        # the key's kind only where it decides something (the dispatcher is the one place an unknown key fails)
+        kind = quantize_input.quant_kind(self.quant_dtype) if fused_bf16 else None
         bf16_gemms = fused_bf16 and not self.scheme.two_level
-        scaled = fused_bf16 and self.scheme.two_level  # a2's QDQ, and a1's where apply() runs it
-        scaled1 = scaled and self.expects_unquantized_inputs
+        operand = fused_bf16 and kind in ("mx", "two_level")  # a2's QDQ, and a1's where apply() runs it
+        operand1 = operand and self.expects_unquantized_inputs
+        scaled, scaled1 = (operand and kind == "two_level"), (operand1 and kind == "two_level")
         handoff = bf16_gemms and self.quant_dtype is None
-        a1_bf16 = (bf16_gemms and quantize_input.quant_kind(self.quant_dtype) in ("none", "mx")) or scaled1
+        a1_bf16 = (bf16_gemms and kind in ("none", "mx")) or operand1
         x = hidden if a1_bf16 and hidden.dtype == torch.bfloat16 else hidden.to(torch.float32)
         if self.expects_unquantized_inputs:
-            x = self.quantize_activation(x, self.a1_input_scale(), scale_out=scaled1)
+            x = self.quantize_activation(x, self.a1_input_scale(), bf16_operand=operand1)
         w = self.dequantize_weights() if self.backend == "unfused" else None
         ids = topk_ids.reshape(-1).to(torch.int64)
         layout = None
@@ -271,7 +273,7 @@ class ExpertsBase(torch.nn.Module):
             g = fused_act.ACTIVATIONS[activation](h1, g_dtype)
         else:
             g = act(h1)
-        a = self.quantize_activation(g, self.a2_input_scale(), scale_out=scaled)
+        a = self.quantize_activation(g, self.a2_input_scale(), bf16_operand=operand)
         # the router weights: in GEMM2's epilogue (fused, no trace: the trace keeps h2 as it is), else the
         # same float32 multiply here; either way the slot-order top-k sum of the products (harness.moe.combine)
         tw = topk_weights.to(torch.float32)

@@ -84,19 +84,23 @@ def _torch_qdq(x: torch.Tensor, fmt: str, scale_mode: str, rounding: str, global
 
 
 def qdq(x: torch.Tensor, fmt: str, *, scale_mode: str = "floor", rounding: str = "rne",
-        global_scale=None, backend: str = "auto", scale_out: bool = False) -> torch.Tensor:
-    """Quantize-dequantize x [..., K] (same dtype/shape); scale_out: the
-    bf16 QDQ with its one global scale put back (harness.kernels.api.qdq)."""
+        global_scale=None, backend: str = "auto", bf16_operand: bool = False) -> torch.Tensor:
+    """Quantize-dequantize x [..., K] (same dtype/shape); bf16_operand: the
+    QDQ written as a bf16 GEMM's operand (harness.kernels.api.qdq)."""
     if _use_kernels(backend, x.device):
         return kernels_module().qdq(x, fmt, scale_mode=scale_mode, rounding=rounding,
                                     global_scale=global_scale, backend="triton" if backend == "triton" else "auto",
-                                    scale_out=scale_out)
-    if hf.get_format(fmt).has_global_scale and global_scale is None:
+                                    bf16_operand=bf16_operand)
+    two_level = hf.get_format(fmt).has_global_scale
+    if two_level and global_scale is None:
         raise ValueError(f"{fmt} QDQ needs a global scale")
-    if not scale_out:
+    if not bf16_operand:
         return _torch_qdq(x, fmt, scale_mode, rounding, global_scale)
-    if not hf.get_format(fmt).has_global_scale or torch.as_tensor(global_scale).numel() != 1:
-        raise ValueError(f"qdq scale_out takes a two-level format and one scalar global scale, got {fmt}")
+    if not two_level:
+        return _torch_qdq(x.to(torch.float32), fmt, scale_mode, rounding, None).to(torch.bfloat16)
+    if torch.as_tensor(global_scale).numel() != 1:
+        raise ValueError(f"qdq bf16_operand puts the global scale back: {fmt} needs one scalar global scale, got "
+                         f"{tuple(torch.as_tensor(global_scale).shape)}")
     g = hf.as_global_scale(global_scale, x.device, read_values=False).reshape(())
     return (_torch_qdq(x.to(torch.float32), fmt, scale_mode, rounding, g) * g).to(torch.bfloat16)
 

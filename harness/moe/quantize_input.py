@@ -48,12 +48,13 @@ QUANT_DTYPES.update({name: _format_kind(spec) for name, spec in hf.FORMATS.items
 
 def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "even", rounding: str = "rne",
                               quantization_emulation: bool = True, backend: str = "auto",
-                              scale_out: bool = False):
+                              bf16_operand: bool = False):
     """Returns (A_qdq, None): A quantized and dequantized, same shape and dtype.
 
-    scale_out (two-level keys only): A_qdq comes as bfloat16(A_qdq * A_scale)
-    instead, the QDQ in float32 with its global scale put back (codes times
-    block scales), for a bf16 GEMM that applies 1 / A_scale after its dot.
+    bf16_operand (MX and two-level keys): A_qdq comes as the bf16 GEMM's
+    operand instead, the float32 QDQ rounded once to bfloat16; two-level
+    keys with the global scale put back, bfloat16(A_qdq * A_scale) (codes
+    times block scales), for a GEMM that applies 1 / A_scale after its dot.
     It is still the one QDQ of that input, only written in another form.
 
     Only emulation exists here (QDQ, no packed output), so
@@ -61,8 +62,8 @@ def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "eve
     kind = quant_kind(quant_dtype)
     if not quantization_emulation:
         raise ValueError("moe_kernel_quantize_input: only quantization_emulation=True is implemented")
-    if scale_out and kind != "two_level":
-        raise ValueError(f"moe_kernel_quantize_input: scale_out puts a two-level format's global scale back; "
+    if bf16_operand and kind not in ("mx", "two_level"):
+        raise ValueError(f"moe_kernel_quantize_input: bf16_operand writes a block format's QDQ for a bf16 GEMM; "
                          f"{quant_dtype!r} is {kind}")
     if kind == "none":
         return A, None
@@ -71,7 +72,8 @@ def moe_kernel_quantize_input(A, A_scale, quant_dtype, *, scale_mode: str = "eve
             raise ValueError(f"{quant_dtype} activation quantization needs A_scale (the encode-side global scale "
                              "a1_gscale/a2_gscale); got None")
         return ops.qdq(A, quant_dtype, rounding=rounding, global_scale=A_scale, backend=backend,
-                       scale_out=scale_out), None
+                       bf16_operand=bf16_operand), None
     if kind == "per_tensor":
         return ops.e4m3_qdq_per_tensor(A, A_scale), None
-    return ops.qdq(A, quant_dtype, scale_mode=scale_mode, rounding=rounding, backend=backend), None
+    return ops.qdq(A, quant_dtype, scale_mode=scale_mode, rounding=rounding, backend=backend,
+                   bf16_operand=bf16_operand), None

@@ -39,9 +39,9 @@ def _patched(wrapper_factory):
 
 
 def _values(kw: dict) -> dict:
-    """The first of two QDQs writes the values (no scale_out): the second
+    """The first of two QDQs writes the values (no bf16_operand): the second
     quantizes them again, as the historical bug did."""
-    return {k: v for k, v in kw.items() if k != "scale_out"}
+    return {k: v for k, v in kw.items() if k != "bf16_operand"}
 
 
 def double_qdq_same_scale():

@@ -127,28 +127,38 @@ def every_mode_rounding_dtype_on_corners(fmt):
         check_all_kernels(x, fmt, mode, rounding, gs)
 
 
-def scale_out_is_the_two_ops(device="cpu"):
-    """qdq's scale_out (two-level rows, one global scale): the QDQ in float32
-    times the global scale, rounded once to bfloat16, bf16(fl(qdq(x) * gs))
-    of the reference ops, bit for bit (NaN == NaN), for every rounding and
-    input dtype on the corner tensor plus rows spread over 2^-30..2^30 and
-    global scales from 2^-20 to 1e6. The Triton kernel on `device` and, on
-    CPU, harness.moe.ops' torch path as well."""
+def bf16_operand_is_the_ops(device="cpu"):
+    """qdq's bf16_operand, the QDQ written as a bf16 GEMM's operand: the
+    reference's QDQ in float32 (times the one global scale of a two-level
+    row), rounded once to bfloat16, bit for bit (NaN == NaN), for every
+    format, scale mode, rounding and input dtype on the corner tensor plus
+    rows spread over 2^-30..2^30 and a block at float16's largest value
+    (an MX QDQ can round it up past float16's range: a pass through float16
+    would give Inf), two-level rows with global scales from 2^-20 to 1e6.
+    The Triton kernel on `device` and, on CPU, harness.moe.ops' torch path
+    as well."""
     from harness.moe import ops as moe_ops
 
     g = torch.Generator().manual_seed(5)
-    for fmt in (f for f in FMTS if hf.FORMATS[f].has_global_scale):
-        B = hf.FORMATS[fmt].block_size
+    for fmt in FMTS:
+        spec = hf.FORMATS[fmt]
+        B = spec.block_size
         spread = torch.randn(4, 2 * B, generator=g) * torch.exp2(torch.randint(-30, 30, (4, 2 * B), generator=g).float())
-        for rounding, dtype in itertools.product(hf.ROUNDINGS, DTYPES):
+        spread[0, :B] = torch.tensor(_fit([65504.0, -1.0, 0.5, 3.0], B))
+        modes = ("floor",) if spec.has_global_scale else hf.SCALE_MODES
+        scales = (1.0, 2688.0 / 7.25, 2.0 ** -20, 1e6) if spec.has_global_scale else (None,)
+        for mode, rounding, dtype in itertools.product(modes, hf.ROUNDINGS, DTYPES):
             c = corner_tensor(fmt, dtype)
             x = torch.cat([c, torch.cat([spread.to(dtype)] * math.ceil(c.shape[1] / (2 * B)), 1)[:, : c.shape[1]]])
-            for gv in (1.0, 2688.0 / 7.25, 2.0 ** -20, 1e6):
-                gs = torch.tensor(gv)
-                where = f"{fmt} {rounding} {dtype} gs={gv}"
-                want = (hf.qdq(x.to(torch.float32), fmt, "floor", rounding, gs) * gs).to(torch.bfloat16)
-                got = hk.qdq(x.to(device), fmt, "floor", rounding, gs.to(device), backend="triton", scale_out=True)
-                assert_bitwise_equal(got.cpu(), want, "kernel scale_out " + where)
+            for gv in scales:
+                gs = None if gv is None else torch.tensor(gv)
+                where = f"{fmt} {mode} {rounding} {dtype} gs={gv}"
+                want = hf.qdq(x.to(torch.float32), fmt, mode, rounding, gs)
+                want = (want if gs is None else want * gs).to(torch.bfloat16)
+                got = hk.qdq(x.to(device), fmt, mode, rounding, None if gs is None else gs.to(device),
+                             backend="triton", bf16_operand=True)
+                assert_bitwise_equal(got.cpu(), want, "kernel bf16_operand " + where)
                 if device == "cpu":
-                    got = moe_ops.qdq(x, fmt, rounding=rounding, global_scale=gs, backend="torch", scale_out=True)
-                    assert_bitwise_equal(got, want, "torch scale_out " + where)
+                    got = moe_ops.qdq(x, fmt, scale_mode=mode, rounding=rounding, global_scale=gs, backend="torch",
+                                      bf16_operand=True)
+                    assert_bitwise_equal(got, want, "torch bf16_operand " + where)

@@ -125,6 +125,7 @@ def test_opcheck_cpu_interpreter():
     torch.library.opcheck(hk.qdq_op, (x, None, "mxfp4", "even", "away", "triton"))
     torch.library.opcheck(hk.qdq_op, (x, gs, "nvfp4", "floor", "rne", "triton"))
     torch.library.opcheck(hk.qdq_op, (x, gs, "nvfp4", "floor", "rne", "triton", True))
+    torch.library.opcheck(hk.qdq_op, (x, None, "mxfp6_e2m3", "even", "rne", "triton", True))
     torch.library.opcheck(hk.quantize_op, (x, gs, "nvfp4", "floor", "rne", True, "triton"))
     codes, scales = hk.quantize_op(x, None, "mxfp6_e3m2", "floor", "rne", False, "triton")
     torch.library.opcheck(hk.dequantize_op, (codes, scales, None, "mxfp6_e3m2", False, torch.bfloat16, "triton"))
@@ -370,27 +371,29 @@ def test_value_checks_read_no_device_tensor():
             hf.dequantize_inputs(q.codes, q.scales, q.global_scale, "nvfp4")
 
 
-def test_qdq_scale_out_is_the_two_ops():
-    kernel_properties.scale_out_is_the_two_ops("cpu")
+def test_qdq_bf16_operand_is_the_ops():
+    kernel_properties.bf16_operand_is_the_ops("cpu")
 
 
-def test_qdq_scale_out_refuses_what_it_cannot_put_back():
-    """scale_out puts one global scale back: an MX row (none), a missing scale
-    or one scale per row is a ValueError naming it, on every path."""
+def test_qdq_bf16_operand_refuses_what_it_cannot_write():
+    """bf16_operand puts a two-level row's one global scale back: a missing
+    scale or one scale per row is a ValueError naming it, on every path; so
+    is a dispatcher key that is not a block format."""
     import harness.moe.quantize_input as qi
     from harness.moe import ops as moe_ops
 
     x = torch.randn(4, 32)
     for backend in ("torch", "triton"):
-        with pytest.raises(ValueError, match="scale_out .*two-level format and one scalar global_scale, got mxfp4"):
-            hk.qdq(x, "mxfp4", global_scale=None, backend=backend, scale_out=True)
-        with pytest.raises(ValueError, match=r"scale_out .*got nvfp4 with global_scale \(4, 1\)"):
-            hk.qdq(x, "nvfp4", global_scale=torch.full((4, 1), 3.0), backend=backend, scale_out=True)
-        with pytest.raises(ValueError, match="scale_out .*got nvfp4 with global_scale None"):
-            hk.qdq(x, "nvfp4", backend=backend, scale_out=True)
-    with pytest.raises(ValueError, match="two-level format and one scalar global scale, got mxfp4"):
-        moe_ops.qdq(x, "mxfp4", backend="torch", scale_out=True)
-    with pytest.raises(ValueError, match="scale_out puts a two-level format's global scale back; 'mxfp4' is mx"):
-        qi.moe_kernel_quantize_input(x, None, "mxfp4", scale_out=True)
-    y, _ = qi.moe_kernel_quantize_input(x, torch.tensor(5.0), "nvfp4", scale_out=True)
+        with pytest.raises(ValueError, match=r"bf16_operand .*nvfp4 needs one scalar global_scale, got \(4, 1\)"):
+            hk.qdq(x, "nvfp4", global_scale=torch.full((4, 1), 3.0), backend=backend, bf16_operand=True)
+        with pytest.raises(ValueError, match="bf16_operand .*nvfp4 needs one scalar global_scale, got None"):
+            hk.qdq(x, "nvfp4", backend=backend, bf16_operand=True)
+    with pytest.raises(ValueError, match=r"bf16_operand .*nvfp4 needs one scalar global scale, got \(4, 1\)"):
+        moe_ops.qdq(x, "nvfp4", global_scale=torch.full((4, 1), 3.0), backend="torch", bf16_operand=True)
+    for key in ("fp8", None):
+        with pytest.raises(ValueError, match=f"bf16_operand writes a block format's QDQ .*{key!r} is"):
+            qi.moe_kernel_quantize_input(x, None, key, bf16_operand=True)
+    y, _ = qi.moe_kernel_quantize_input(x, torch.tensor(5.0), "nvfp4", bf16_operand=True)
     assert_bitwise_equal(y, (hf.qdq(x, "nvfp4", global_scale=torch.tensor(5.0)) * 5.0).to(torch.bfloat16))
+    y, _ = qi.moe_kernel_quantize_input(x, None, "mxfp4", bf16_operand=True)
+    assert_bitwise_equal(y, hf.qdq(x, "mxfp4", "even").to(torch.bfloat16))

@@ -204,5 +204,5 @@ def test_quantize_launch_shapes_gpu(fmt):
             assert torch.equal(packed.cpu(), hf.pack_fp4(want.codes)) and torch.equal(scales.cpu(), want.scales), kw
 
 
-def test_qdq_scale_out_is_the_two_ops_gpu():
-    kernel_properties.scale_out_is_the_two_ops("cuda")
+def test_qdq_bf16_operand_is_the_ops_gpu():
+    kernel_properties.bf16_operand_is_the_ops("cuda")

@@ -362,7 +362,7 @@ def test_bf16_precision_is_refused_on_the_interpreter():
 
 
 def test_x_scaled_is_refused_without_the_post_factor_that_takes_it():
-    """x_scaled (x is already bf16(x_qdq * gs_a), the QDQ's scale_out) is the
+    """x_scaled (x is already bf16(x_qdq * gs_a), the QDQ's bf16_operand) is the
     operand of a two-level GEMM in precision "bf16" only, where the kernel
     applies 1 / gs_a after the dot: anywhere else it is a ValueError, never a
     GEMM on values still carrying the global scale."""

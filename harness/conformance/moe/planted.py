@@ -119,11 +119,11 @@ def _build_dtype_skip(weights, config):
     cfg = quant_config(weights, config)
     base = _experts_cls(cfg)
 
-    def quantize_activation(self, x, scale, scale_out=False):  # an unfused layer: scale_out stays False
+    def quantize_activation(self, x, scale, bf16_operand=False):  # an unfused layer: bf16_operand stays False
         key = _family_key(self.scheme)
         if key not in qi.QUANT_DTYPES:
             return x  # the fall-through to "no quantization"
-        xq, _ = qi.moe_kernel_quantize_input(x, scale, key, scale_mode=self.scale_mode, scale_out=scale_out)
+        xq, _ = qi.moe_kernel_quantize_input(x, scale, key, scale_mode=self.scale_mode, bf16_operand=bf16_operand)
         return xq
 
     return make_layer(cfg, config, "unfused", _subclass(base, "DtypeSkip", quantize_activation=quantize_activation))
@@ -179,9 +179,9 @@ def _build_ties_away(weights, config):
     cfg = quant_config(weights, config)
     base = _experts_cls(cfg)
 
-    def quantize_activation(self, x, scale, scale_out=False):
+    def quantize_activation(self, x, scale, bf16_operand=False):
         xq, _ = qi.moe_kernel_quantize_input(x, scale, self.quant_dtype, scale_mode=self.scale_mode, rounding="away",
-                                             scale_out=scale_out)
+                                             bf16_operand=bf16_operand)
         return xq
 
     return make_layer(cfg, config, "unfused", _subclass(base, "TiesAway", quantize_activation=quantize_activation))

@@ -16,12 +16,13 @@ from harness.testing.checks.double_qdq import record_act_qdq
 from harness.testing.checks.problem import Extras, extras_of, output_tolerance, reference_trace, run, setup
 
 
-def identity_qdq(A, A_scale, quant_dtype, *args, scale_out=False, **kw):
-    """No quantization, in the form asked for: A, or with scale_out (nvfp4's
-    bf16 GEMM operand) bf16(A * A_scale)."""
-    if scale_out:
-        g = torch.as_tensor(A_scale, dtype=torch.float32, device=A.device).reshape(())
-        return (A.to(torch.float32) * g).to(torch.bfloat16), None
+def identity_qdq(A, A_scale, quant_dtype, *args, bf16_operand=False, **kw):
+    """No quantization, in the form asked for: A, or with bf16_operand (the
+    bf16 GEMM's operand) A in bf16, times A_scale for a two-level key."""
+    if bf16_operand:
+        if qi.quant_kind(quant_dtype) == "two_level":
+            A = A.to(torch.float32) * A_scale.to(device=A.device, dtype=torch.float32).reshape(())
+        return A.to(torch.bfloat16), None
     return A, None
 
 
@@ -74,10 +75,13 @@ def check_dispatcher_keys():
         assert not torch.equal(y, x), f"{name}: dispatch key {scheme.quant_dtype!r} left the activations unquantized"
         want = ref.qdq_activation(x, scheme, gscale=gs)
         assert torch.equal(y, want), f"{name}: dispatcher QDQ differs from the spec's reference QDQ"
-        if two_level:  # the same QDQ written for the bf16 GEMM: its global scale put back, rounded once
-            y, _ = qi.moe_kernel_quantize_input(x, gs, scheme.quant_dtype, scale_out=True)
-            assert torch.equal(y.view(torch.int16), (want * gs).to(torch.bfloat16).view(torch.int16)), (
-                f"{name}: the dispatcher's scale_out is not bf16(reference QDQ * global scale)")
+        if qi.quant_kind(scheme.quant_dtype) in ("mx", "two_level"):  # written as the bf16 GEMM's operand
+            y, _ = qi.moe_kernel_quantize_input(x, gs, scheme.quant_dtype, scale_mode=scheme.scale_mode,
+                                                bf16_operand=True)
+            op = (want * gs if two_level else want).to(torch.bfloat16)
+            assert torch.equal(y.view(torch.int16), op.view(torch.int16)), (
+                f"{name}: the dispatcher's bf16_operand is not the reference QDQ{' * global scale' * two_level}, "
+                f"rounded once to bf16")
     for bad in ("mxfp6", "fp4", "nvfp8", "MXFP4", "int4"):
         try:
             qi.moe_kernel_quantize_input(x, None, bad)
