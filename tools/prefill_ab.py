@@ -1,4 +1,4 @@
-"""Four prefill A/Bs, graph ms (tools.shape_sweep.graph_ms), outputs checked
+"""Five prefill A/Bs, graph ms (tools.shape_sweep.graph_ms), outputs checked
 bitwise equal:
 
 --what layout: the pair layout by the torch ops (pair_layout.sort_pairs)
@@ -15,12 +15,17 @@ BLOCK_K masked);
 --what medium: the same GEMMs as the tables launch them against the decode
 row the launch took before "medium" ("small_short_k" up to SHORT_K_MAX,
 else "small"; each side's split-K as the table computes it for its tile);
-at BLOCK_M 32 where the tables take "medium".
+at BLOCK_M 32 where the tables take "medium";
+--what nvfp4-order: each NVFP4 GEMM alone (precision "bf16", the post
+factor of a_gscale 1) on e2m1 words in the "k" order, as the tables launch
+them (the untransposed product), against the same codes in the "mma" order
+as the tables launch those (at BLOCK_M 64 and up the transposed product).
 
 python -m tools.prefill_ab --what layout --shapes qwen3-30b-a3b,gpt-oss-120b,mixtral --tokens 64,512,4096,16384
 python -m tools.prefill_ab --what long-k --shapes qwen3-30b-a3b,mixtral --tokens 1024,4096
 python -m tools.prefill_ab --what k-over --shapes gpt-oss-120b --tokens 1024,4096
 python -m tools.prefill_ab --what medium --shapes gpt-oss-120b --tokens 1024
+python -m tools.prefill_ab --what nvfp4-order --shapes qwen3-30b-a3b,gpt-oss-120b --tokens 4096
 """
 from __future__ import annotations
 
@@ -36,7 +41,8 @@ from harness.moe import quantize_expert_weights
 from tools.shape_sweep import graph_ms, main
 
 ROUNDS = 3
-_OTHER = {"long-k": "large_ms", "k-over": "masked_ms", "medium": "decode_row_ms"}  # the B side's name
+_OTHER = {"long-k": "large_ms", "k-over": "masked_ms", "medium": "decode_row_ms",
+          "nvfp4-order": "mma_order_ms"}  # the B side's name
 
 
 def _ids(E, k, T, g, dev):
@@ -67,18 +73,24 @@ def _layout_rows(shape, a, dev) -> list:
 
 
 def _gemm_rows(shape, a, dev) -> list:
-    """--what long-k, k-over and medium: per GEMM and T, the tables' launch (A) against the other side (B)."""
+    """--what long-k, k-over, medium and nvfp4-order: per GEMM and T, the tables' launch (A) against the other
+    side (B); ratio: A's minimum over B's."""
     E, k, H, inter = SHAPES[shape]
     g = torch.Generator(device=dev).manual_seed(0)
     rows = []
+    nvfp4 = a.what == "nvfp4-order"
     for gemm, (N, K) in (("w13", (2 * inter, H)), ("w2", (H, inter))):
-        fw = FusedWeights.from_quantized(*quantize_expert_weights(torch.randn(E, N, K, generator=g, device=dev)
-                                                                  * K ** -0.5, "w_mxfp4"))
+        q, gs = quantize_expert_weights(torch.randn(E, N, K, generator=g, device=dev) * K ** -0.5,
+                                        "nvfp4" if nvfp4 else "w_mxfp4")
+        fw = FusedWeights.from_quantized(q, gs, word_order="k" if nvfp4 else None)
+        fw_mma = FusedWeights.from_quantized(q, gs, word_order="mma") if nvfp4 else None
         for T in [int(t) for t in a.tokens.split(",")]:
             ids = _ids(E, k, T, g, dev)
             x_div = k if gemm == "w13" else 1
             x = torch.randn(T * k // x_div, K, generator=g, device=dev).to(torch.bfloat16)
             kw = dict(precision="bf16", mode="fused", layout=pair_layout.pair_layout(ids, E), x_row_div=x_div)
+            if nvfp4:
+                kw["a_gscale"] = torch.tensor(1.0, device=dev)
             large = lc.GPU_CONFIGS["large"].settings()
             decode = lc.GPU_CONFIGS["small_short_k" if K <= lc.SHORT_K_MAX else "small"].settings()
             masked = copy.copy(fw)  # the same tensors and flags, the read past K not claimed
@@ -88,6 +100,8 @@ def _gemm_rows(shape, a, dev) -> list:
                 return fused_gemm.moe_gemm(x, ids, fw, **kw)
 
             def old():
+                if nvfp4:
+                    return fused_gemm.moe_gemm(x, ids, fw_mma, **kw)
                 if a.what == "k-over":
                     return fused_gemm.moe_gemm(x, ids, masked, **kw)
                 if a.what == "medium":
@@ -97,10 +111,16 @@ def _gemm_rows(shape, a, dev) -> list:
             for _ in range(ROUNDS):  # interleaved: a drift in clocks reaches both
                 t_new.append(graph_ms(table))
                 t_old.append(graph_ms(old))
-            launch = lc.select_launch("gemm", "cuda", kind=1, fmt=fw.fmt, bf16=True, block_m=kw["layout"][2], n=N,
+            launch = lc.select_launch("gemm", "cuda", kind=1, fmt=fw.fmt, bf16=True, has_post=nvfp4,
+                                      block_m=kw["layout"][2], n=N,
                                       k=K, word_order=fw.word_order, scale_order=fw.scale_order or "k",
                                       k_read=fw.k_read)
-            rows.append(dict(shape=shape, what=a.what, gemm=gemm, K=K, k_read=fw.k_read, T=T,
+            extra = {}
+            if nvfp4:  # the row the "mma" words take
+                extra["mma_row"] = lc.select_launch("gemm", "cuda", kind=1, fmt=fw.fmt, bf16=True, has_post=True,
+                                                    block_m=kw["layout"][2], n=N, k=K, word_order="mma",
+                                                    scale_order=fw_mma.scale_order or "k").row
+            rows.append(dict(shape=shape, what=a.what, gemm=gemm, K=K, k_read=fw.k_read, T=T, **extra,
                              block_m=kw["layout"][2], table_row=launch.row, k_overread=bool(launch.K_OVERREAD),
                              table_ms=t_new, **{_OTHER[a.what]: t_old},
                              ratio=round(min(t_new) / min(t_old), 3), equal=bool(torch.equal(table(), old()))))
@@ -113,7 +133,7 @@ def _sweep(shape, a, dev) -> list:
 
 
 def _arguments(p) -> None:
-    p.add_argument("--what", choices=("layout", "long-k", "k-over", "medium"), default="layout")
+    p.add_argument("--what", choices=("layout", "long-k", "k-over", "medium", "nvfp4-order"), default="layout")
     p.add_argument("--tokens", default="4096")
     p.add_argument("--start-rows", default=str(moe_align.START_ROWS),
                    help="--what layout: chunks a step of the start program, comma-separated")
